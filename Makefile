@@ -1,0 +1,33 @@
+# The README's commands. Everything installs into a local virtualenv (.venv) on first use.
+PYTHON ?= python3
+VENV ?= .venv
+DJANGO ?= Django>=5.2,<5.3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean migrations-check
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,postgres]' '$(DJANGO)'
+	@if command -v mariadb_config >/dev/null 2>&1 || command -v mysql_config >/dev/null 2>&1 || pkg-config --exists mariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
+		$(PY) -m pip install --quiet -e '.[mysql]' '$(DJANGO)' || echo "mysqlclient did not build: MariaDB tests will be skipped"; \
+	else echo "no MariaDB/MySQL client headers (libmariadb-dev): MariaDB tests will be skipped"; fi
+	touch $(STAMP)
+
+## demo: migrate the testproject on SQLite, schedule a delay, an event and an approval, and fire them
+demo: $(STAMP)
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py wakes_demo
+
+## test: the suite on SQLite, then on PostgreSQL and MariaDB where reachable (required when CI=true)
+test: $(STAMP)
+	PYTHON=$(PY) bash scripts/run-tests
+
+lint: $(STAMP)
+	$(PY) -m ruff check django_wakes tests testproject benchmarks
+	$(PY) manage.py makemigrations django_wakes --check --dry-run
+
+clean:
+	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache

@@ -1,0 +1,82 @@
+"""django-wakes: a durable alarm clock for Django.
+
+The public API is importable from the package root without importing models at import time
+(PEP 562 lazy attributes), so ``import django_wakes`` is safe in settings and ``AppConfig``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0.dev0"
+
+_EXPORTS = {
+    "schedule": "engine",
+    "watch": "engine",
+    "request_approval": "engine",
+    "deliver_event": "engine",
+    "resolve": "engine",
+    "cancel": "engine",
+    "run_due": "engine",
+    "recover": "engine",
+    "gc": "engine",
+    "ApprovalRequest": "engine",
+    "RunReport": "engine",
+    "once": "once",
+    "sink": "sinks",
+    "registry": "sinks",
+    "Retry": "sinks",
+    "Defer": "sinks",
+    "Stop": "sinks",
+    "WakeError": "exceptions",
+    "InvalidWake": "exceptions",
+    "InvalidDuration": "exceptions",
+    "InvalidTime": "exceptions",
+    "InvalidIntent": "exceptions",
+    "InvalidSchedule": "exceptions",
+    "UnknownKind": "exceptions",
+    "AlreadyRegistered": "exceptions",
+    "NotRegistered": "exceptions",
+    "ApprovalError": "exceptions",
+    "ApprovalNotFound": "exceptions",
+    "ApprovalAlreadyResolved": "exceptions",
+    "ApprovalExpired": "exceptions",
+    "ApprovalDenied": "exceptions",
+    "OnceError": "exceptions",
+    "OnceInProgress": "exceptions",
+    "OnceInterrupted": "exceptions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import (  # noqa: F401
+        ApprovalRequest,
+        RunReport,
+        cancel,
+        deliver_event,
+        gc,
+        recover,
+        request_approval,
+        resolve,
+        run_due,
+        schedule,
+        watch,
+    )
+    from .exceptions import *  # noqa: F403
+    from .once import once  # noqa: F401
+    from .sinks import Defer, Retry, Stop, registry, sink  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_wakes' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,20 @@
+"""App configuration: wire sinks and checks at start-up, never touch the database here."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+from django.utils.translation import gettext_lazy as _
+
+
+class WakesConfig(AppConfig):
+    name = "django_wakes"
+    verbose_name = _("Wakes")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .sinks import registry
+
+        registry.load_settings()
+        autodiscover_modules("wakes")

@@ -1,0 +1,130 @@
+"""The ``WAKES`` settings dict, read lazily on every access so ``override_settings`` works.
+
+Defaults (every key optional)::
+
+    WAKES = {
+        "LEASE": "5m",            # how long a claim is held before another runner may re-drive it
+        "MAX_ATTEMPTS": 5,        # default max_attempts of a new wake; then it goes `dead`
+        "BACKOFF": {"BASE": "10s", "FACTOR": 2.0, "MAX": "1h"},   # retry delay after a failure
+        "INTENT_MAX_BYTES": 65536,   # JSON size limit for intent, payload and answer
+        "SPAWN_TURN": None,       # dotted path of fn(session_id, result) behind kind "session_turn"
+        "AUTHORIZE": None,        # dotted path of fn(actor, workspace_id) -> bool for resolve()
+        "SINKS": {},              # kind -> dotted path of fn(wake, result), registered at start-up
+        "ONCE_WAIT": "30s",       # how long once() waits for a concurrent caller before OnceInProgress
+        "ONCE_LEASE": "5m",       # how long a once() receipt counts as in progress without a heartbeat
+        "BATCH": 100,             # wakes claimed per pass by default
+        "GC_AFTER": "30d",        # terminal rows older than this are deleted by gc (None: never)
+        "POLL_INTERVAL": 1.0,     # seconds between runner passes at most (the backstop)
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .durations import parse_duration
+
+DEFAULTS: dict[str, Any] = {
+    "LEASE": "5m",
+    "MAX_ATTEMPTS": 5,
+    "BACKOFF": {"BASE": "10s", "FACTOR": 2.0, "MAX": "1h"},
+    "INTENT_MAX_BYTES": 64 * 1024,
+    "SPAWN_TURN": None,
+    "AUTHORIZE": None,
+    "SINKS": {},
+    "ONCE_WAIT": "30s",
+    "ONCE_LEASE": "5m",
+    "BATCH": 100,
+    "GC_AFTER": "30d",
+    "POLL_INTERVAL": 1.0,
+}
+
+
+def _hook(value: Any) -> Callable[..., Any] | None:
+    if value is None or callable(value):
+        return value
+    return import_string(value)
+
+
+class WakesSettings:
+    """Typed, lazy view of ``settings.WAKES``."""
+
+    def get(self, key: str) -> Any:
+        user = getattr(settings, "WAKES", None) or {}
+        if key in user:
+            return user[key]
+        return DEFAULTS[key]
+
+    @property
+    def lease(self) -> timedelta:
+        return parse_duration(self.get("LEASE"), name="WAKES['LEASE']", allow_zero=False)
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.get("MAX_ATTEMPTS"))
+
+    @property
+    def backoff_base(self) -> timedelta:
+        return parse_duration({**DEFAULTS["BACKOFF"], **self.get("BACKOFF")}["BASE"], name="BACKOFF.BASE")
+
+    @property
+    def backoff_factor(self) -> float:
+        return float({**DEFAULTS["BACKOFF"], **self.get("BACKOFF")}["FACTOR"])
+
+    @property
+    def backoff_max(self) -> timedelta:
+        return parse_duration({**DEFAULTS["BACKOFF"], **self.get("BACKOFF")}["MAX"], name="BACKOFF.MAX")
+
+    @property
+    def intent_max_bytes(self) -> int:
+        return int(self.get("INTENT_MAX_BYTES"))
+
+    @property
+    def spawn_turn(self) -> Callable[..., Any] | None:
+        return _hook(self.get("SPAWN_TURN"))
+
+    @property
+    def authorize(self) -> Callable[..., Any] | None:
+        return _hook(self.get("AUTHORIZE"))
+
+    @property
+    def sinks(self) -> dict[str, Any]:
+        return dict(self.get("SINKS"))
+
+    @property
+    def once_wait(self) -> timedelta:
+        return parse_duration(self.get("ONCE_WAIT"), name="WAKES['ONCE_WAIT']")
+
+    @property
+    def once_lease(self) -> timedelta:
+        return parse_duration(self.get("ONCE_LEASE"), name="WAKES['ONCE_LEASE']", allow_zero=False)
+
+    @property
+    def batch(self) -> int:
+        return int(self.get("BATCH"))
+
+    @property
+    def gc_after(self) -> timedelta | None:
+        value = self.get("GC_AFTER")
+        return None if value is None else parse_duration(value, name="WAKES['GC_AFTER']")
+
+    @property
+    def poll_interval(self) -> float:
+        return float(self.get("POLL_INTERVAL"))
+
+    def backoff(self, attempts: int) -> timedelta:
+        """Return the delay before retry number ``attempts`` (1-based), capped at ``BACKOFF.MAX``."""
+        cap = self.backoff_max.total_seconds()
+        try:
+            delay = self.backoff_base.total_seconds() * (self.backoff_factor ** max(attempts - 1, 0))
+        except OverflowError:
+            delay = cap
+        return timedelta(seconds=min(delay, cap))
+
+
+wakes_settings = WakesSettings()

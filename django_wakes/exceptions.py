@@ -1,0 +1,71 @@
+"""The package's exceptions: everything a caller can catch is a :class:`WakeError`."""
+
+from __future__ import annotations
+
+
+class WakeError(Exception):
+    """Base class of every error django-wakes raises on purpose."""
+
+
+class InvalidWake(WakeError, ValueError):
+    """The arguments to a create call are wrong; nothing was written."""
+
+
+class InvalidDuration(InvalidWake):
+    """A duration string or value could not be understood."""
+
+
+class InvalidTime(InvalidWake):
+    """A point in time is naive, not finite, or of the wrong type."""
+
+
+class InvalidIntent(InvalidWake):
+    """An intent (or answer, or payload) is not JSON or is too large."""
+
+
+class InvalidSchedule(InvalidWake):
+    """A cron expression, interval, time zone or catch-up policy is not usable."""
+
+
+class UnknownKind(InvalidWake):
+    """No sink is registered for this ``kind``."""
+
+
+class AlreadyRegistered(WakeError):
+    """A sink is already registered for this ``kind``."""
+
+
+class NotRegistered(WakeError):
+    """No sink is registered for this ``kind`` (on unregister)."""
+
+
+class ApprovalError(WakeError):
+    """Base class of the errors :func:`django_wakes.resolve` raises."""
+
+
+class ApprovalNotFound(ApprovalError):
+    """No approval wake answers to this token."""
+
+
+class ApprovalAlreadyResolved(ApprovalError):
+    """The approval was already answered (or cancelled): tokens are one-time."""
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired before the answer arrived."""
+
+
+class ApprovalDenied(ApprovalError):
+    """The ``AUTHORIZE`` hook refused this actor (or no hook is configured)."""
+
+
+class OnceError(WakeError):
+    """Base class of the errors :func:`django_wakes.once` raises."""
+
+
+class OnceInProgress(OnceError):
+    """Another caller is running this ``once`` key and did not finish in time."""
+
+
+class OnceInterrupted(OnceError):
+    """A previous run of this ``once`` key died inside ``fn``: its effect may or may not have happened."""

@@ -1,0 +1,263 @@
+"""The durable rows: :class:`Wake`, its :class:`WakeAttempt` history, :class:`Receipt` and :class:`Runner`."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from .querysets import WakeQuerySet
+
+KEY_LENGTH = 200
+
+
+class TriggerType(models.TextChoices):
+    """WHEN a wake fires."""
+
+    AT = "at", _("at a time")
+    """At ``fire_at`` (a one-shot time, or an occurrence of a cron/interval chain)."""
+    ON_EVENT = "on_event", _("on an event")
+    """When :func:`deliver_event` delivers its ``event_key``."""
+    ON_APPROVAL = "on_approval", _("on an approval")
+    """When a human answers through :func:`resolve` with its one-time token."""
+
+
+class State(models.TextChoices):
+    """Where a wake is in its life. Only ``pending`` and ``firing`` are live."""
+
+    PENDING = "pending", _("pending")
+    """Waiting for its time, its event or its answer (or for its lane, once triggered)."""
+    FIRING = "firing", _("firing")
+    """Claimed by a runner that holds a lease; re-driven by any runner once the lease lapses."""
+    FIRED = "fired", _("fired")
+    """Its sink ran to completion."""
+    EXPIRED = "expired", _("expired")
+    """Its trigger did not come before ``expires_at``; its sink was told so once."""
+    CANCELLED = "cancelled", _("cancelled")
+    """Cancelled while pending; it never fired."""
+    DEAD = "dead", _("dead")
+    """The dead letter: it failed ``max_attempts`` times; ``last_error`` says why."""
+
+
+LIVE_STATES = (State.PENDING, State.FIRING)
+TERMINAL_STATES = (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD)
+
+
+class CatchUp(models.TextChoices):
+    """What a recurring chain does with occurrences missed while no runner was up."""
+
+    REPLAY = "replay", _("replay every missed occurrence")
+    """Fire each missed occurrence in order, one at a time, then return to the grid."""
+    LATEST = "latest", _("fire the latest missed occurrence once")
+    """Fire once for the newest missed slot, reporting how many were skipped, then resume."""
+    SKIP = "skip", _("skip missed occurrences")
+    """Fire none of the missed slots; resume at the next future one."""
+
+
+class Outcome(models.TextChoices):
+    """How one firing attempt ended."""
+
+    FIRED = "fired", _("fired")
+    """The sink returned normally."""
+    EXPIRED = "expired", _("expired")
+    """The sink was given the expiry notice and returned normally."""
+    FAILED = "failed", _("failed")
+    """The sink raised; the wake was rescheduled with backoff, or went dead."""
+    RETRY = "retry", _("retry requested")
+    """The sink returned ``Retry``."""
+    DEFERRED = "deferred", _("deferred")
+    """The sink returned ``Defer``: not counted as an attempt."""
+    STOPPED = "stopped", _("stopped its chain")
+    """The sink returned ``Stop``: fired, and its recurring chain ends."""
+    INTERRUPTED = "interrupted", _("interrupted")
+    """The runner lost its lease mid-fire (crash, kill, stall); another runner took over."""
+
+
+class Wake(models.Model):
+    """One durable "run this later, when X happens"."""
+
+    id = models.BigAutoField(primary_key=True)
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
+    session_id = models.CharField(_("session"), max_length=KEY_LENGTH, null=True, blank=True)
+    trigger_type = models.CharField(
+        _("trigger"), max_length=max(len(v) for v in TriggerType.values), choices=TriggerType.choices
+    )
+    kind = models.CharField(_("kind"), max_length=100, default="session_turn")
+    serial_key = models.CharField(_("lane"), max_length=KEY_LENGTH, null=True, blank=True)
+    lane_lock = models.CharField(
+        _("lane held"),
+        max_length=KEY_LENGTH,
+        null=True,
+        blank=True,
+        unique=True,
+        help_text=_("Equals serial_key while this wake is firing: the unique index keeps a lane single-file."),
+    )
+    intent = models.JSONField(_("intent"), null=True, blank=True)
+    result = models.JSONField(
+        _("result"), null=True, blank=True, help_text=_("What the trigger delivered, saved before firing.")
+    )
+    state = models.CharField(
+        _("state"), max_length=max(len(v) for v in State.values), choices=State.choices, default=State.PENDING
+    )
+    fire_at = models.DateTimeField(
+        _("fire at"), null=True, blank=True, help_text=_("Scheduled time, or when the event/answer arrived.")
+    )
+    due_at = models.DateTimeField(
+        _("due at"), null=True, blank=True, help_text=_("When a runner should next look at this wake.")
+    )
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    event_key = models.CharField(_("event key"), max_length=KEY_LENGTH, null=True, blank=True)
+    prompt = models.TextField(_("approval prompt"), blank=True, default="")
+    token_hash = models.CharField(
+        _("token hash"), max_length=64, null=True, blank=True, unique=True, editable=False
+    )
+    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
+    claim_token = models.CharField(_("claim token"), max_length=32, null=True, blank=True, editable=False)
+    claimed_by = models.CharField(_("claimed by"), max_length=KEY_LENGTH, blank=True, default="")
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=5)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    idempotency_key = models.CharField(_("idempotency key"), max_length=KEY_LENGTH, null=True, blank=True)
+    coalesce_key = models.CharField(
+        _("coalesce slot"),
+        max_length=KEY_LENGTH + 101,
+        null=True,
+        blank=True,
+        unique=True,
+        editable=False,
+        help_text=_("kind|serial_key while a coalescing wake is pending: one per lane and kind."),
+    )
+    # Recurrence: a chain is the sequence of occurrences, each its own row.
+    cron = models.CharField(_("cron"), max_length=120, blank=True, default="")
+    every = models.DurationField(_("every"), null=True, blank=True)
+    tz = models.CharField(_("time zone"), max_length=64, blank=True, default="")
+    catch_up = models.CharField(
+        _("catch-up"), max_length=max(len(v) for v in CatchUp.values), choices=CatchUp.choices, blank=True,
+        default="",
+    )
+    start_at = models.DateTimeField(_("chain starts"), null=True, blank=True)
+    end_at = models.DateTimeField(_("chain ends"), null=True, blank=True)
+    chain_id = models.CharField(_("chain"), max_length=32, null=True, blank=True)
+    occurrence = models.PositiveIntegerField(_("occurrence"), default=0)
+
+    created_at = models.DateTimeField(_("created"))
+    updated_at = models.DateTimeField(_("updated"))
+    claimed_at = models.DateTimeField(_("claimed"), null=True, blank=True)
+    fired_at = models.DateTimeField(_("settled"), null=True, blank=True)
+
+    objects = WakeQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("wake")
+        verbose_name_plural = _("wakes")
+        indexes = [
+            # claim_batch(): pending rows whose due_at has come, earliest first.
+            models.Index(fields=["state", "due_at"], name="wake_claim_due_idx"),
+            # the lane head check: earliest pending due_at per serial_key.
+            models.Index(fields=["serial_key", "state", "due_at", "id"], name="wake_lane_head_idx"),
+            # recover(): firing rows whose lease lapsed.
+            models.Index(fields=["state", "lease_until"], name="wake_lease_idx"),
+            # deliver_event(): pending watchers of one key in one workspace.
+            models.Index(fields=["workspace_id", "event_key", "state"], name="wake_event_idx"),
+            # gc(): terminal rows by age.
+            models.Index(fields=["state", "updated_at"], name="wake_gc_idx"),
+            models.Index(fields=["chain_id", "fire_at"], name="wake_chain_idx"),
+            models.Index(fields=["session_id"], name="wake_session_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace_id", "idempotency_key"], name="wake_idempotency_uniq"),
+            models.CheckConstraint(
+                condition=Q(lane_lock__isnull=True) | Q(state=State.FIRING, lane_lock=F("serial_key")),
+                name="wake_lane_lock_only_when_firing",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=State.FIRING) | Q(serial_key__isnull=True) | Q(lane_lock__isnull=False),
+                name="wake_firing_holds_its_lane",
+            ),
+            models.CheckConstraint(
+                condition=Q(coalesce_key__isnull=True) | Q(state=State.PENDING),
+                name="wake_coalesce_only_when_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"wake {self.pk} ({self.kind}, {self.state})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    @property
+    def is_recurring(self) -> bool:
+        return bool(self.cron) or self.every is not None
+
+
+class WakeAttempt(models.Model):
+    """One firing attempt: who ran it, when, and how it ended."""
+
+    wake = models.ForeignKey(Wake, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField(_("attempt"))
+    runner_id = models.CharField(_("runner"), max_length=KEY_LENGTH, blank=True, default="")
+    started_at = models.DateTimeField(_("started"))
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=max(len(v) for v in Outcome.values), choices=Outcome.choices)
+    error = models.TextField(_("error"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("wake attempt")
+        verbose_name_plural = _("wake attempts")
+        ordering = ["wake_id", "number", "id"]
+        indexes = [models.Index(fields=["wake", "number"], name="wakeattempt_wake_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of wake {self.wake_id}: {self.outcome}"
+
+
+class ReceiptState(models.TextChoices):
+    """Where a ``once()`` receipt is."""
+
+    RUNNING = "running", _("running")
+    """Committed before ``fn`` ran; ``fn`` has not finished (or its process died)."""
+    DONE = "done", _("done")
+    """``fn`` returned; ``result`` holds what it returned."""
+
+
+class Receipt(models.Model):
+    """The ``once()`` ledger: one row per (session, key) whose effect ran or is running."""
+
+    session_id = models.CharField(_("session"), max_length=KEY_LENGTH)
+    key = models.CharField(_("key"), max_length=KEY_LENGTH)
+    state = models.CharField(
+        _("state"), max_length=max(len(v) for v in ReceiptState.values), choices=ReceiptState.choices
+    )
+    result = models.JSONField(_("result"), null=True, blank=True)
+    owner = models.CharField(_("owner"), max_length=64, editable=False)
+    lease_until = models.DateTimeField(_("lease until"))
+    created_at = models.DateTimeField(_("created"))
+    completed_at = models.DateTimeField(_("completed"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("once receipt")
+        verbose_name_plural = _("once receipts")
+        constraints = [models.UniqueConstraint(fields=["session_id", "key"], name="receipt_once_uniq")]
+
+    def __str__(self) -> str:
+        return f"receipt {self.session_id}/{self.key} ({self.state})"
+
+
+class Runner(models.Model):
+    """A live (or recently live) ``runwakes`` process, for operators."""
+
+    id = models.CharField(_("runner"), max_length=KEY_LENGTH, primary_key=True)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("pid"))
+    started_at = models.DateTimeField(_("started"))
+    heartbeat_at = models.DateTimeField(_("last heartbeat"))
+
+    class Meta:
+        verbose_name = _("runner")
+        verbose_name_plural = _("runners")
+        indexes = [models.Index(fields=["heartbeat_at"], name="runner_heartbeat_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.id} on {self.host} (pid {self.pid})"

@@ -1,0 +1,1 @@
+"""Placeholder replaced by the recurrence work (issue 3) before commit."""

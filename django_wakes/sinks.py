@@ -1,0 +1,123 @@
+"""The sink registry (what firing a wake of a given ``kind`` does) and the outcomes a sink may return.
+
+A sink is a plain callable ``fn(wake, result)``. Returning ``None`` (or anything that is not an
+outcome below) settles the wake as fired; raising is a failed attempt, retried with backoff.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import import_string
+
+from .conf import wakes_settings
+from .exceptions import AlreadyRegistered, NotRegistered
+
+if TYPE_CHECKING:
+    from .models import Wake
+
+Sink = Callable[["Wake", dict[str, Any]], Any]
+
+SESSION_TURN = "session_turn"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Fail this attempt on purpose and fire again at ``at`` (counts as an attempt)."""
+
+    at: datetime | int | float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Defer:
+    """Not now: fire again at ``until`` without counting an attempt ("the session is busy")."""
+
+    until: datetime | int | float | timedelta | str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Settle this occurrence as fired and end its recurring chain (no further occurrences)."""
+
+    reason: str = ""
+
+
+class SinkRegistry:
+    """Map ``kind`` strings to sink callables.
+
+    Registration normally happens at start-up (``AppConfig.ready`` loads ``WAKES["SINKS"]`` and
+    autodiscovers ``wakes.py`` modules); the runner asks :meth:`kinds` each pass, so registering a
+    sink later makes the next pass fire the wakes that were waiting for it.
+    """
+
+    def __init__(self) -> None:
+        self._sinks: dict[str, Sink] = {}
+        self._lock = threading.Lock()
+
+    def register(self, kind: str, fn: Sink, *, replace: bool = False) -> Sink:
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("kind must be a non-empty string")
+        if kind == SESSION_TURN:
+            raise AlreadyRegistered("'session_turn' is built in; configure WAKES['SPAWN_TURN'] instead")
+        with self._lock:
+            if kind in self._sinks and not replace and self._sinks[kind] is not fn:
+                raise AlreadyRegistered(f"a sink is already registered for kind {kind!r}")
+            self._sinks[kind] = fn
+        return fn
+
+    def unregister(self, kind: str) -> None:
+        with self._lock:
+            if kind not in self._sinks:
+                raise NotRegistered(f"no sink registered for kind {kind!r}")
+            del self._sinks[kind]
+
+    def reset(self) -> None:
+        """Forget every registered sink (for tests)."""
+        with self._lock:
+            self._sinks.clear()
+
+    def get(self, kind: str) -> Sink | None:
+        """Return the sink for ``kind``, or ``None`` if nothing can fire it right now."""
+        if kind == SESSION_TURN:
+            return _session_turn if wakes_settings.get("SPAWN_TURN") else None
+        with self._lock:
+            return self._sinks.get(kind)
+
+    def kinds(self) -> list[str]:
+        """Return every kind that can fire now, sorted (the runner claims only these)."""
+        with self._lock:
+            kinds = set(self._sinks)
+        if wakes_settings.get("SPAWN_TURN"):
+            kinds.add(SESSION_TURN)
+        return sorted(kinds)
+
+    def load_settings(self) -> None:
+        """Register the sinks named in ``WAKES["SINKS"]`` (kind -> dotted path)."""
+        for kind, path in wakes_settings.sinks.items():
+            fn = import_string(path) if isinstance(path, str) else path
+            self.register(kind, fn, replace=True)
+
+
+def _session_turn(wake: Wake, result: dict[str, Any]) -> Any:
+    """Hand the result to the host's turn spawner: ``SPAWN_TURN(session_id, result)``."""
+    spawn = wakes_settings.spawn_turn
+    if spawn is None:  # pragma: no cover - get() only returns this sink when configured
+        raise RuntimeError("WAKES['SPAWN_TURN'] is not configured")
+    return spawn(wake.session_id, result)
+
+
+registry = SinkRegistry()
+
+
+def sink(kind: str, *, replace: bool = False) -> Callable[[Sink], Sink]:
+    """Register the decorated ``fn(wake, result)`` as the sink for ``kind``."""
+
+    def decorator(fn: Sink) -> Sink:
+        return registry.register(kind, fn, replace=replace)
+
+    return decorator

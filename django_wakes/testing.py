@@ -1,0 +1,52 @@
+"""Helpers for testing code that uses django-wakes: a controllable clock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from . import clock as _clock
+from .durations import Duration, parse_duration
+from .timeutil import to_datetime
+
+
+class FakeClock:
+    """A clock that stands still until told to move."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, duration: Duration) -> datetime:
+        """Move forward by ``duration`` ("90s", timedelta, ...) and return the new time."""
+        delta = parse_duration(duration, name="advance")
+        with self._lock:
+            self._now = self._now + delta
+            return self._now
+
+    def set(self, moment: datetime | int | float) -> datetime:
+        """Jump to ``moment`` (aware datetime or epoch milliseconds)."""
+        with self._lock:
+            self._now = to_datetime(moment, name="moment")
+            return self._now
+
+
+@contextmanager
+def fake_clock(start: datetime | int | float | None = None) -> Iterator[FakeClock]:
+    """Install a :class:`FakeClock` for the duration of the ``with`` block.
+
+    ``start`` defaults to the real current time; everything the engine decides (due, expiry,
+    leases, backoff, recurrence) follows this clock while it is installed.
+    """
+    fake = FakeClock(to_datetime(start, name="start") if start is not None else datetime.now(UTC))
+    previous = _clock.install(fake)
+    try:
+        yield fake
+    finally:
+        _clock.install(previous)

@@ -1,0 +1,1 @@
+"""Sinks the multi-process tests and benchmarks schedule (owned by the concurrency tests)."""

@@ -1,0 +1,112 @@
+"""Settings of the small project that demonstrates and tests django-wakes.
+
+The database comes from ``DATABASE_URL`` (``sqlite:///path``, ``postgres://user@host:port/name``,
+``mysql://user:password@host:port/name``); SQLite in the project folder by default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "testproject-only-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_wakes",
+    "testproject",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+
+
+def database_from_url(url: str) -> dict:
+    """Turn a ``DATABASE_URL`` into a ``DATABASES`` entry (stdlib only)."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme.split("+")[0]
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    if scheme == "sqlite":
+        name = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name or str(BASE_DIR / "testproject.sqlite3"),
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+            "TEST": {"NAME": options.get("test_name") or str(BASE_DIR / ".test.sqlite3")},
+        }
+    engine = {
+        "postgres": "django.db.backends.postgresql",
+        "postgresql": "django.db.backends.postgresql",
+        "mysql": "django.db.backends.mysql",
+        "mariadb": "django.db.backends.mysql",
+    }[scheme]
+    config = {
+        "ENGINE": engine,
+        "NAME": unquote(parsed.path.lstrip("/")),
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": 0,
+        "OPTIONS": {},
+        "TEST": {},
+    }
+    if engine.endswith("mysql"):
+        config["OPTIONS"] = {"charset": "utf8mb4"}
+        config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+    if "test_name" in options:
+        config["TEST"]["NAME"] = options["test_name"]
+    return config
+
+
+DATABASES = {
+    "default": database_from_url(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'testproject.sqlite3'}")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+WAKES = {
+    "SPAWN_TURN": "testproject.wakes.spawn_turn",
+    "AUTHORIZE": "testproject.wakes.authorize",
+    "LEASE": os.environ.get("WAKES_LEASE", "5m"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_wakes": {"handlers": ["console"], "level": os.environ.get("WAKES_LOG_LEVEL", "INFO")}},
+}

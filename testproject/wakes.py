@@ -1,0 +1,28 @@
+"""Demo sinks and host hooks for the testproject (autodiscovered by django-wakes)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django_wakes import sink
+
+logger = logging.getLogger("testproject")
+
+
+def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
+    """Stand-in for an agent host: print the turn a real host would start."""
+    print(f"  -> session {session_id} resumes with {result}", flush=True)
+
+
+def authorize(actor: Any, workspace_id: str) -> bool:
+    """Demo policy: anyone named in the workspace id may approve; 'demo' approves everything."""
+    return str(actor) == "demo" or str(actor) in workspace_id
+
+
+@sink("demo.print")
+def print_intent(wake: Any, result: dict[str, Any]) -> None:
+    print(f"  -> wake {wake.pk} ({wake.trigger_type}) fired with intent={wake.intent} result={result}", flush=True)
+
+# Probe sinks used by the multi-process tests and the benchmark (inert unless their kinds are scheduled).
+from testproject import probe_sinks  # noqa: E402,F401
