@@ -26,7 +26,7 @@ test: $(STAMP)
 	PYTHON=$(PY) bash scripts/run-tests
 
 lint: $(STAMP)
-	$(PY) -m ruff check django_wakes tests testproject benchmarks
+	$(PY) -m ruff check .
 	$(PY) manage.py makemigrations django_wakes --check --dry-run
 
 clean:

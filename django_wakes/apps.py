@@ -13,8 +13,10 @@ class WakesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, push  # noqa: F401  (checks registers the system checks)
         from .sinks import registry
+
+        push.connect()
 
         registry.load_settings()
         autodiscover_modules("wakes")

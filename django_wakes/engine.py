@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import socket
-import os
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -436,10 +436,12 @@ def _claim_result(wake: Wake, now: datetime) -> tuple[dict[str, Any], bool]:
     return result, False
 
 
-def _lapsed_takeovers(using: str, now: datetime, kinds: list[str], limit: int, runner_id: str) -> list[Claim]:
+def _lapsed_takeovers(
+    using: str, now: datetime, kinds: list[str], limit: int, runner_id: str, lease: timedelta | None = None
+) -> list[Claim]:
     """Take over firing wakes whose lease lapsed: the old attempt is recorded as interrupted."""
     claims = []
-    lease = wakes_settings.lease
+    lease = lease or wakes_settings.lease
     for wake in Wake.objects.using(using).lock_lapsed(now, kinds, limit):
         WakeAttempt.objects.using(using).create(
             wake=wake,
@@ -482,7 +484,9 @@ def _settle_dead_in_tx(using: str, wake: Wake, now: datetime, error: str) -> Non
     transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=using)
 
 
-def claim_batch(*, runner_id: str, limit: int | None = None, lanes: list[str] | None = None) -> list[Claim]:
+def claim_batch(
+    *, runner_id: str, limit: int | None = None, lanes: list[str] | None = None, lease: timedelta | None = None
+) -> list[Claim]:
     """Claim up to ``limit`` wakes for ``runner_id``: lapsed leases first, then due pending wakes.
 
     The candidate read is plain (no locks) and already limited to registered kinds and to the head
@@ -499,7 +503,7 @@ def claim_batch(*, runner_id: str, limit: int | None = None, lanes: list[str] | 
     manager = Wake.objects.db_manager(using)
     try:
         with transaction.atomic(using=using):
-            claims = _lapsed_takeovers(using, now, kinds, limit, runner_id)
+            claims = _lapsed_takeovers(using, now, kinds, limit, runner_id, lease)
             room = limit - len(claims)
             if room <= 0:
                 return claims
@@ -510,16 +514,18 @@ def claim_batch(*, runner_id: str, limit: int | None = None, lanes: list[str] | 
             if not ids:
                 return claims
             locked = list(manager.lock_pending(ids))
-            claims.extend(_claim_rows(using, locked, now, runner_id))
+            claims.extend(_claim_rows(using, locked, now, runner_id, lease))
             return claims
     except DatabaseError as exc:  # a deadlock or serialization failure: nothing was claimed
         logger.debug("claim pass rolled back: %s", exc)
         return []
 
 
-def _claim_rows(using: str, rows: list[Wake], now: datetime, runner_id: str) -> list[Claim]:
+def _claim_rows(
+    using: str, rows: list[Wake], now: datetime, runner_id: str, lease: timedelta | None = None
+) -> list[Claim]:
     token = secrets.token_hex(16)
-    lease_until = now + wakes_settings.lease
+    lease_until = now + (lease or wakes_settings.lease)
     groups: dict[str, tuple[dict[str, Any], bool, list[Wake]]] = {}
     seen_lanes: set[str] = set()
     for wake in rows:
@@ -716,10 +722,15 @@ def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
     return FireOutcome(Outcome.DEFERRED, settled=True)
 
 
-def _release_unwakeable(claim: Claim) -> None:
+def release(claim: Claim) -> bool:
+    """Hand an unfired claim back (shutdown, or its sink vanished): pending again, attempt uncounted."""
+    return bool(_release_unwakeable(claim))
+
+
+def _release_unwakeable(claim: Claim) -> int:
     """The sink vanished between claim and fire: put the wake back, uncounted, untouched."""
     using = db_alias()
-    _fenced(using, claim).update(
+    return _fenced(using, claim).update(
         state=State.PENDING, lane_lock=None, lease_until=None, claim_token=None,
         attempts=F("attempts") - 1, updated_at=clock.now(),
     )

@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Exists, OuterRef, Q
 
 if TYPE_CHECKING:
-    from .models import Wake
+    from .models import Wake  # noqa: F401  (named in the QuerySet["Wake"] annotation)
 
 PENDING, FIRING = "pending", "firing"
 TERMINAL = ("fired", "expired", "cancelled", "dead")

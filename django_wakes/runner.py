@@ -1,97 +1,280 @@
-"""The sweeper loop behind ``manage.py runwakes``: recover on boot, then pass after pass."""
+"""The sweeper behind ``manage.py runwakes``: recover on boot, then pass after pass until stopped.
+
+Between passes a runner sleeps until the earliest of: the next known due time (``fire_at``,
+``expires_at``, a lapsing lease), the polling interval (the backstop that cannot miss), or a push
+hint (a wake created due-now in this process, or a PostgreSQL NOTIFY). Leases of the wakes in hand
+are renewed by a heartbeat so a slow sink is not re-driven; the heartbeat also keeps this runner's
+row in :class:`~django_wakes.models.Runner` fresh for operators.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
-from datetime import datetime
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime, timedelta
 from types import FrameType
 
 from django.db import close_old_connections, connections
 
-from . import clock, engine
-from .engine import RunReport
+from . import clock, engine, push
+from .conf import wakes_settings
+from .engine import Claim, RunReport
+from .models import Runner as RunnerRow
+from .models import State, Wake
 
 logger = logging.getLogger("django_wakes")
 
 
 class Runner:
-    """Run passes until told to stop; the command builds one of these and calls :meth:`run`.
-
-    Between passes it sleeps until the earliest known due time, at most ``interval`` seconds
-    (the polling backstop that cannot miss), and wakes early when :meth:`nudge` is called.
-    """
+    """Claim and fire due wakes until :meth:`stop`; the ``runwakes`` command builds and runs one."""
 
     def __init__(
         self,
         *,
         interval: float = 1.0,
         batch: int | None = None,
-        runner_id: str | None = None,
+        concurrency: int = 1,
+        lease: timedelta | None = None,
+        listen: bool = True,
+        gc_every: timedelta | None = timedelta(hours=1),
         lanes: list[str] | None = None,
+        shutdown_timeout: float = 30.0,
+        runner_id: str | None = None,
     ) -> None:
         self.interval = interval
-        self.batch = batch
-        self.runner_id = runner_id or engine.default_runner_id()
+        self.batch = batch or wakes_settings.batch
+        self.concurrency = max(1, concurrency)
+        self.lease = lease or wakes_settings.lease
+        self.listen = listen
+        self.gc_every = gc_every
         self.lanes = lanes
+        self.shutdown_timeout = shutdown_timeout
+        self.runner_id = runner_id or engine.default_runner_id()
         self.stopping = threading.Event()
-        self._nudged = threading.Event()
-        self.failed = 0
+        self._wakeup = threading.Event()
+        self._in_hand: dict[int, Claim] = {}
+        self._in_hand_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: set[Future[None]] = set()
+        self._next_gc = time.monotonic() + 60.0
         self.fired = 0
+        self.failed = 0
 
-    def nudge(self) -> None:
-        """Wake the loop now (a wake became due in this process)."""
-        self._nudged.set()
+    # -- control ---------------------------------------------------------------------------------
+
+    def nudge(self, at: datetime | None = None) -> None:
+        """Wake the loop early: a wake is due at ``at`` (now if ``None``)."""
+        self._wakeup.set()
 
     def stop(self) -> None:
-        """Stop claiming; the wake in hand is finished first."""
+        """Stop claiming; the wakes in hand are finished (within ``shutdown_timeout``)."""
         self.stopping.set()
-        self._nudged.set()
+        self._wakeup.set()
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:
             if self.stopping.is_set():
-                logger.warning("second signal: exiting at once")
-                raise SystemExit(1)
-            logger.info("signal %s: finishing the wake in hand, then exiting", signum)
+                logger.warning("second signal %s: exiting at once; leases of wakes in hand will lapse", signum)
+                os._exit(1)
+            logger.info("signal %s: no new claims; finishing %d wake(s) in hand", signum, len(self._in_hand))
             self.stop()
+            timer = threading.Timer(self.shutdown_timeout, self._give_up)
+            timer.daemon = True
+            timer.start()
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
+    def _give_up(self) -> None:
+        logger.warning(
+            "shutdown timeout (%.0fs): exiting with %d wake(s) in hand; their leases will lapse",
+            self.shutdown_timeout, len(self._in_hand),
+        )
+        os._exit(0)
+
+    # -- one pass --------------------------------------------------------------------------------
+
     def run_once(self) -> RunReport:
+        """Claim one batch and fire it here (sequentially); used by ``--once`` and the demo."""
         close_old_connections()
-        report = engine.run_due(limit=self.batch, runner_id=self.runner_id, lanes=self.lanes)
-        self.fired += report.fired + report.expired
-        self.failed += report.failed
+        report = RunReport()
+        claims = self._claim(self.batch)
+        report.claimed = len(claims)
+        for claim in claims:
+            if self.stopping.is_set():
+                self._release(claim)
+                continue
+            report.add(claim.wake.pk, self._fire(claim))
+        report.next_at = engine.next_due_at()
         return report
 
-    def run(self) -> None:
-        recovered = engine.recover(runner_id=self.runner_id)
-        if recovered:
-            logger.info("recovered %d wake(s) with lapsed leases", recovered)
+    def _claim(self, limit: int) -> list[Claim]:
+        claims = engine.claim_batch(runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease)
+        with self._in_hand_lock:
+            for claim in claims:
+                self._in_hand[claim.wake.pk] = claim
+        return claims
+
+    def _fire(self, claim: Claim) -> engine.FireOutcome:
         try:
+            outcome = engine.fire(claim)
+        finally:
+            with self._in_hand_lock:
+                self._in_hand.pop(claim.wake.pk, None)
+        if outcome.outcome in ("fired", "expired", "stopped"):
+            self.fired += 1
+        elif outcome.outcome in ("failed", "retry", "dead"):
+            self.failed += 1
+        return outcome
+
+    def _release(self, claim: Claim) -> None:
+        engine.release(claim)
+        with self._in_hand_lock:
+            self._in_hand.pop(claim.wake.pk, None)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Register, recover lapsed leases, then loop until stopped; always deregister on the way out."""
+        push.register_local(self)
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-wakes-heartbeat", daemon=True)
+        listener = None
+        alias = engine.db_alias()
+        if self.listen and push.Listener.supported(alias):
+            listener = push.Listener(alias, self.nudge)
+            listener.start()
+        if self.concurrency > 1:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="django-wakes-fire")
+        try:
+            self._register()
+            heartbeat.start()
+            recovered = engine.recover(runner_id=self.runner_id)
+            if recovered:
+                logger.info("recovered %d wake(s) whose lease had lapsed", recovered)
             while not self.stopping.is_set():
-                report = self.run_once()
+                self._maybe_gc()
+                next_at, busy = self._pass()
                 if self.stopping.is_set():
                     break
-                if report.claimed and report.claimed >= (self.batch or 1):
-                    continue  # a full batch: there may be more due right now
-                self._sleep(self._sleep_seconds(report.next_at, claimed=report.claimed))
+                if busy:
+                    continue
+                self._sleep_until(next_at)
+            self._drain()
+        finally:
+            push.unregister_local(self)
+            if listener is not None:
+                listener.stop()
+            self.stopping.set()
+            self._wakeup.set()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            self._deregister()
+            connections.close_all()
+
+    def _pass(self) -> tuple[datetime | None, bool]:
+        """Run one pass; return the next known due time and whether to go again at once."""
+        self._wakeup.clear()
+        if self._pool is None:
+            report = self.run_once()
+            return report.next_at, report.claimed >= self.batch
+        close_old_connections()
+        free = self.concurrency - len(self._futures)
+        claims = self._claim(min(free, self.batch)) if free > 0 else []
+        for claim in claims:
+            future = self._pool.submit(self._fire_in_thread, claim)
+            self._futures.add(future)
+            future.add_done_callback(lambda f: self._wakeup.set())
+        self._futures = {f for f in self._futures if not f.done()}
+        full = len(self._futures) >= self.concurrency
+        if full:  # wait for a free slot before claiming more
+            wait(self._futures, timeout=self.interval, return_when=FIRST_COMPLETED)
+            return None, True
+        return engine.next_due_at(), bool(claims) and len(claims) >= free
+
+    def _fire_in_thread(self, claim: Claim) -> None:
+        try:
+            self._fire(claim)
         finally:
             connections.close_all()
 
-    def _sleep_seconds(self, next_at: datetime | None, *, claimed: int) -> float:
-        if next_at is None:
-            return self.interval
-        seconds = (next_at - clock.now()).total_seconds()
-        if seconds <= 0:
-            # Due but not claimable (lane busy, lease not ours): let the backstop come round.
-            return 0.0 if claimed else min(self.interval, 0.05)
-        return min(seconds, self.interval)
+    def _sleep_until(self, next_at: datetime | None) -> None:
+        seconds = self.interval
+        if next_at is not None:
+            seconds = min(max((next_at - clock.now()).total_seconds(), 0.0), self.interval)
+            if seconds == 0.0:
+                # Due but not claimable by us now (lane busy, leases held): back off briefly.
+                seconds = min(self.interval, 0.05)
+        self._wakeup.wait(seconds)
 
-    def _sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            self._nudged.wait(seconds)
-        self._nudged.clear()
+    def _drain(self) -> None:
+        if self._futures:
+            logger.info("waiting for %d wake(s) in hand", len(self._futures))
+            wait(self._futures, timeout=self.shutdown_timeout)
+
+    def _maybe_gc(self) -> None:
+        gc_after = wakes_settings.gc_after
+        if self.gc_every is None or gc_after is None or time.monotonic() < self._next_gc:
+            return
+        self._next_gc = time.monotonic() + self.gc_every.total_seconds()
+        deleted = engine.gc(older_than=gc_after)
+        if deleted:
+            logger.info("gc deleted %d terminal wake(s) older than %s", deleted, gc_after)
+
+    # -- heartbeat and registration --------------------------------------------------------------
+
+    @property
+    def heartbeat_period(self) -> float:
+        return max(min(self.lease.total_seconds() / 3, 10.0), 0.05)
+
+    def _heartbeat_loop(self) -> None:
+        try:
+            while not self.stopping.wait(self.heartbeat_period):
+                try:
+                    self.heartbeat()
+                except Exception:  # the next beat tries again; a lapsed lease is the worst case
+                    logger.warning("heartbeat failed", exc_info=True)
+                    connections.close_all()
+        finally:
+            connections.close_all()
+
+    def heartbeat(self) -> int:
+        """Renew the leases of the wakes in hand and this runner's row; return leases renewed."""
+        now = clock.now()
+        with self._in_hand_lock:
+            tokens: dict[str, list[int]] = {}
+            for claim in self._in_hand.values():
+                tokens.setdefault(claim.token, []).append(claim.wake.pk)
+        renewed = 0
+        manager = Wake.objects.using(engine.db_alias())
+        for token, ids in tokens.items():
+            renewed += manager.filter(pk__in=ids, state=State.FIRING, claim_token=token).update(
+                lease_until=now + self.lease
+            )
+        rows = RunnerRow.objects.using(engine.db_alias())
+        rows.filter(pk=self.runner_id).update(heartbeat_at=now)
+        rows.filter(heartbeat_at__lt=now - stale_after(self.lease) * 10).delete()  # long-dead runners age out
+        return renewed
+
+    def _register(self) -> None:
+        now = clock.now()
+        RunnerRow.objects.using(engine.db_alias()).update_or_create(
+            pk=self.runner_id,
+            defaults={"host": socket.gethostname(), "pid": os.getpid(), "started_at": now, "heartbeat_at": now},
+        )
+
+    def _deregister(self) -> None:
+        try:
+            RunnerRow.objects.using(engine.db_alias()).filter(pk=self.runner_id).delete()
+        except Exception:  # the row ages out by itself
+            logger.debug("could not deregister runner %s", self.runner_id, exc_info=True)
+
+
+def stale_after(lease: timedelta | None = None) -> timedelta:
+    """A runner whose heartbeat is older than this is presumed dead."""
+    lease = lease or wakes_settings.lease
+    return timedelta(seconds=max(3 * min(lease.total_seconds() / 3, 10.0), 5.0))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_wakes.durations import parse_duration
+from django_wakes.exceptions import InvalidDuration
 from django_wakes.runner import Runner
 
 
@@ -31,35 +34,75 @@ def positive_int(value: str) -> int:
     return number
 
 
+def duration(value: str) -> timedelta:
+    try:
+        return parse_duration(value, name="duration", allow_zero=False)
+    except InvalidDuration as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def lane_list(value: str) -> list[str]:
+    lanes = [lane.strip() for lane in value.split(",") if lane.strip()]
+    if not lanes:
+        raise argparse.ArgumentTypeError("needs at least one serial key")
+    return lanes
+
+
 class Command(BaseCommand):
     help = "Fire due wakes: recover lapsed leases, then run passes until SIGTERM/SIGINT."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--once", action="store_true", help="Run a single pass and exit.")
+        parser.add_argument(
+            "--once", action="store_true", help="Run a single pass and exit; exit status 1 if any wake failed."
+        )
         parser.add_argument(
             "--interval", type=positive_float, default=1.0,
-            help="Longest sleep between passes, in seconds (default %(default)r).",
+            help="Longest sleep between passes in seconds: the polling backstop (default %(default)r).",
+        )
+        parser.add_argument("--batch", type=positive_int, default=None, help="Wakes claimed per pass (WAKES['BATCH']).")
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=1,
+            help="Lanes fired in parallel, each in its own thread and connection (default %(default)r).",
+        )
+        parser.add_argument("--lease", type=duration, default=None, help="Claim lease, e.g. 5m (WAKES['LEASE']).")
+        parser.add_argument(
+            "--no-listen", action="store_true", help="Do not LISTEN for push hints on PostgreSQL (poll only)."
         )
         parser.add_argument(
-            "--batch", type=positive_int, default=None, help="Wakes claimed per pass (default WAKES['BATCH'])."
+            "--gc-every", type=duration, default=timedelta(hours=1),
+            help="How often to delete terminal wakes older than WAKES['GC_AFTER'] (default 1h).",
         )
         parser.add_argument(
-            "--lanes", default=None, help="Only fire wakes of these comma-separated serial keys."
+            "--shutdown-timeout", type=positive_float, default=30.0,
+            help="Seconds to finish the wakes in hand after SIGTERM before exiting anyway (default %(default)r).",
         )
+        parser.add_argument("--lanes", type=lane_list, default=None, help="Only fire these comma-separated lanes.")
 
-    def handle(self, *args: Any, once: bool, interval: float, batch: int | None, lanes: str | None,
-               verbosity: int, **options: Any) -> None:
-        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}[verbosity]
+    def handle(
+        self,
+        *args: Any,
+        once: bool,
+        interval: float,
+        batch: int | None,
+        concurrency: int,
+        lease: timedelta | None,
+        no_listen: bool,
+        gc_every: timedelta,
+        shutdown_timeout: float,
+        lanes: list[str] | None,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
         logger = logging.getLogger("django_wakes")
-        logger.setLevel(level)
+        logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
         if not logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler(self.stderr._out)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
-        lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
-        if lanes is not None and not lane_list:
-            raise CommandError("--lanes needs at least one serial key")
-        runner = Runner(interval=interval, batch=batch, lanes=lane_list)
+        runner = Runner(
+            interval=interval, batch=batch, concurrency=concurrency, lease=lease, listen=not no_listen,
+            gc_every=gc_every, lanes=lanes, shutdown_timeout=shutdown_timeout,
+        )
         if once:
             runner.run_once()
             if runner.failed:

@@ -1,0 +1,98 @@
+"""``manage.py wakes status|gc``: what the wake table holds right now, and on-demand clean-up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count, Min
+
+from django_wakes import clock, engine
+from django_wakes.conf import wakes_settings
+from django_wakes.durations import parse_duration
+from django_wakes.exceptions import InvalidDuration
+from django_wakes.models import Runner, State, Wake
+from django_wakes.runner import stale_after
+
+
+def status_snapshot() -> dict[str, Any]:
+    """Return counts per state, the due backlog, the oldest overdue and next due wake, live runners."""
+    now = clock.now()
+    wakes = Wake.objects.using(engine.db_alias())
+    counts = {state: 0 for state in State.values}
+    for row in wakes.values("state").annotate(n=Count("id")).order_by():
+        counts[row["state"]] = row["n"]
+    due = wakes.due(now)
+    oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
+    next_due = wakes.pending().filter(due_at__gt=now).aggregate(m=Min("due_at"))["m"]
+    live = Runner.objects.using(engine.db_alias()).filter(heartbeat_at__gte=now - stale_after())
+    return {
+        "now": now.isoformat(),
+        "states": counts,
+        "due_backlog": due.count(),
+        "oldest_overdue": None
+        if oldest is None
+        else {
+            "id": oldest["id"],
+            "kind": oldest["kind"],
+            "lane": oldest["serial_key"],
+            "due_at": oldest["due_at"].isoformat(),
+            "late_seconds": round((now - oldest["due_at"]).total_seconds(), 3),
+        },
+        "next_due_at": next_due.isoformat() if next_due else None,
+        "runners": [
+            {"id": r.id, "host": r.host, "pid": r.pid, "started_at": r.started_at.isoformat(),
+             "heartbeat_at": r.heartbeat_at.isoformat()}
+            for r in live.order_by("started_at")
+        ],
+    }
+
+
+class Command(BaseCommand):
+    help = "Inspect the wake table (status) or delete old terminal wakes (gc)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        status = sub.add_parser("status", help="Counts per state, due backlog, oldest overdue, next due, runners.")
+        status.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+        gc = sub.add_parser("gc", help="Delete terminal wakes older than --older-than (WAKES['GC_AFTER']).")
+        gc.add_argument("--older-than", default=None, help="A duration such as 30d (default WAKES['GC_AFTER']).")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "gc":
+            self._gc(options["older_than"])
+        else:
+            self._status(as_json=options["json"])
+
+    def _gc(self, older_than: str | None) -> None:
+        value = older_than if older_than is not None else wakes_settings.get("GC_AFTER")
+        if value is None:
+            raise CommandError("WAKES['GC_AFTER'] is None (gc disabled); pass --older-than to gc anyway")
+        try:
+            parse_duration(value, name="--older-than")
+        except InvalidDuration as exc:
+            raise CommandError(str(exc)) from exc
+        deleted = engine.gc(older_than=value)
+        self.stdout.write(f"deleted {deleted} terminal wake(s) older than {value}")
+
+    def _status(self, *, as_json: bool) -> None:
+        snap = status_snapshot()
+        if as_json:
+            self.stdout.write(json.dumps(snap, indent=2))
+            return
+        write = self.stdout.write
+        write(self.style.MIGRATE_HEADING("Wakes by state"))
+        for state, n in snap["states"].items():
+            write(f"  {state:<10} {n:>10}")
+        write(f"  {'due now':<10} {snap['due_backlog']:>10}")
+        oldest = snap["oldest_overdue"]
+        write(
+            "Oldest overdue: "
+            + ("none" if oldest is None else f"wake {oldest['id']} ({oldest['kind']}), {oldest['late_seconds']}s late")
+        )
+        write(f"Next due:       {snap['next_due_at'] or 'none'}")
+        write(self.style.MIGRATE_HEADING(f"Live runners ({len(snap['runners'])})"))
+        for r in snap["runners"]:
+            write(f"  {r['id']}  host={r['host']} pid={r['pid']} heartbeat={r['heartbeat_at']}")

@@ -1,0 +1,128 @@
+"""The push path: tell runners a wake is due *now*, so they need not wait for their next poll.
+
+Every hint is lossy and never load-bearing: a runner that misses one still finds the wake on its
+next planned pass (it sleeps until the next known due time, at most the polling interval).
+
+- In-process: runners register here and are nudged directly (any database).
+- PostgreSQL: a ``NOTIFY django_wakes, '<due epoch ms>'`` is sent after the creating transaction
+  commits, and runners ``LISTEN`` on a connection of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, router
+
+from . import clock, signals
+from .conf import wakes_settings
+
+logger = logging.getLogger("django_wakes")
+
+CHANNEL = "django_wakes"
+
+_local_runners: weakref.WeakSet[Any] = weakref.WeakSet()
+_lock = threading.Lock()
+
+
+def register_local(runner: Any) -> None:
+    """Nudge ``runner`` (anything with ``nudge(at)``) whenever a wake becomes due in this process."""
+    with _lock:
+        _local_runners.add(runner)
+
+
+def unregister_local(runner: Any) -> None:
+    with _lock:
+        _local_runners.discard(runner)
+
+
+def _horizon() -> timedelta:
+    return timedelta(seconds=wakes_settings.poll_interval)
+
+
+def hint(due_at: datetime | None, *, using: str | None = None) -> None:
+    """Announce that a wake is due at ``due_at``; ignored when it is beyond the polling horizon.
+
+    Beyond the horizon, runners will see the wake on a planned pass anyway, and sleeping until the
+    next known due time lands them on it.
+    """
+    if due_at is None or due_at > clock.now() + _horizon():
+        return
+    with _lock:
+        runners = list(_local_runners)
+    for runner in runners:
+        runner.nudge(due_at)
+    from .models import Wake
+
+    alias = using or router.db_for_write(Wake)
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(int(due_at.timestamp() * 1000))])
+    except Exception:  # a lost hint only delays the wake to the next poll
+        logger.debug("NOTIFY failed; the polling backstop will pick the wake up", exc_info=True)
+
+
+def _on_created(sender: Any, wake: Any, **kwargs: Any) -> None:
+    hint(wake.due_at, using=wake._state.db)
+
+
+def _on_due(sender: Any, due_at: datetime, **kwargs: Any) -> None:
+    hint(due_at)
+
+
+def connect() -> None:
+    signals.wake_created.connect(_on_created, dispatch_uid="django_wakes.push.created")
+    signals.wakes_due.connect(_on_due, dispatch_uid="django_wakes.push.due")
+
+
+class Listener(threading.Thread):
+    """LISTEN for due-now hints on a PostgreSQL connection of its own; call ``on_hint(due_at)``."""
+
+    def __init__(self, alias: str, on_hint: Callable[[datetime | None], None]) -> None:
+        super().__init__(name="django-wakes-listen", daemon=True)
+        self.alias = alias
+        self.on_hint = on_hint
+        self.stopping = threading.Event()
+        self.ready = threading.Event()
+
+    @staticmethod
+    def supported(alias: str) -> bool:
+        if connections[alias].vendor != "postgresql":
+            return False
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        return is_psycopg3
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        from datetime import UTC
+
+        while not self.stopping.is_set():
+            connection = connections[self.alias]  # this thread's own connection
+            try:
+                connection.ensure_connection()
+                raw = connection.connection
+                raw.execute(f"LISTEN {CHANNEL}")
+                self.ready.set()
+                while not self.stopping.is_set():
+                    for notice in raw.notifies(timeout=0.5):
+                        try:
+                            due = datetime.fromtimestamp(int(notice.payload) / 1000, tz=UTC)
+                        except ValueError:
+                            due = None
+                        self.on_hint(due)
+            except Exception:  # reconnect after a pause; meanwhile the poll covers us
+                logger.warning("LISTEN connection failed; relying on polling until it is back", exc_info=True)
+                self.stopping.wait(1.0)
+            finally:
+                connection.close()
