@@ -20,7 +20,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         messages.append(Warning(f"WAKES[{name!r}] is not a django-wakes setting", id="django_wakes.W003"))
     for name in ("LEASE", "ONCE_WAIT", "ONCE_LEASE"):
         try:
-            parse_duration(wakes_settings.get(name), name=name)
+            parse_duration(wakes_settings.get(name), name=name, allow_zero=name == "ONCE_WAIT")
         except InvalidDuration as exc:
             messages.append(Error(str(exc), id="django_wakes.E001"))
     for name in ("SPAWN_TURN", "AUTHORIZE"):

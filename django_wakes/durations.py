@@ -36,7 +36,10 @@ def parse_duration(value: Duration, *, name: str = "duration", allow_zero: bool 
         seconds = sum(float(num) * _UNIT_SECONDS[unit] for num, unit in _PART.findall(text))
         if not math.isfinite(seconds):
             raise InvalidDuration(f"{name}: {value!r} is not finite")
-        delta = timedelta(seconds=seconds)
+        try:
+            delta = timedelta(seconds=seconds)
+        except OverflowError as exc:
+            raise InvalidDuration(f"{name}: {value!r} is too large") from exc
     else:
         raise InvalidDuration(
             f"{name}: expected a duration string or timedelta, got {type(value).__name__}"

@@ -7,14 +7,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import random
 import secrets
 import socket
+import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, router, transaction
+from django.db import IntegrityError, OperationalError, connections, router, transaction
 from django.db.models import F, Min
 
 from . import clock, signals
@@ -25,6 +27,7 @@ from .exceptions import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalNotFound,
+    InvalidDuration,
     InvalidWake,
     UnknownKind,
 )
@@ -69,7 +72,7 @@ def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> date
     if expires_at is not None:
         moment = to_datetime(expires_at, name="expires_at")
     elif expires_in is not None:
-        moment = now + parse_duration(expires_in, name="expires_in", allow_zero=False)
+        moment = _after(now, parse_duration(expires_in, name="expires_in", allow_zero=False), name="expires_in")
     else:
         return None
     if moment <= now:
@@ -77,9 +80,19 @@ def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> date
     return moment
 
 
+def _after(now: datetime, delta: timedelta, *, name: str) -> datetime:
+    """``now + delta``, refusing a duration that runs off the calendar (year 9999) as bad input."""
+    try:
+        return now + delta
+    except OverflowError as exc:
+        raise InvalidDuration(f"{name}: {delta} from now is beyond the last representable date") from exc
+
+
 def _check_kind(kind: Any, session_id: str | None) -> str:
     if not isinstance(kind, str) or not kind:
         raise InvalidWake("kind must be a non-empty string")
+    if len(kind) > Wake._meta.get_field("kind").max_length:
+        raise InvalidWake(f"kind is longer than {Wake._meta.get_field('kind').max_length} characters")
     if registry.get(kind) is None:
         hint = " (set WAKES['SPAWN_TURN'] to enable it)" if kind == SESSION_TURN else ""
         raise UnknownKind(f"no sink is registered for kind {kind!r}{hint}")
@@ -131,8 +144,7 @@ def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
                 if holder is not None:
                     return holder
             wake = Wake(
-                **fields,
-                max_attempts=fields.get("max_attempts") or wakes_settings.max_attempts,
+                **{"max_attempts": wakes_settings.max_attempts, **fields},
                 coalesce_key=slot,
                 created_at=now,
                 updated_at=now,
@@ -205,7 +217,7 @@ def schedule(
         if tz is not None or start_at is not None or end_at is not None or catch_up != "replay":
             raise InvalidWake("tz, start_at, end_at and catch_up apply only to cron or every")
         if delay is not None:
-            fields["fire_at"] = now + parse_duration(delay, name="delay")
+            fields["fire_at"] = _after(now, parse_duration(delay, name="delay"), name="delay")
         else:
             fields["fire_at"] = to_datetime(at, name="at")
     expiry = _expiry(now, expires_in, expires_at)
@@ -401,6 +413,34 @@ def cancel(wake_id: int) -> bool:
     )
 
 
+def requeue(wake_id: int) -> bool:
+    """Give a dead wake a fresh set of attempts, due now; return whether this call requeued it.
+
+    The operator's retry for the dead letter (the admin's "Retry" action). ``last_error`` is kept
+    until the next attempt settles, and so is the result saved at its first claim: the sink sees
+    the same trigger again. A dead occurrence of a recurring chain booked its successor when it
+    died, so its own chain is closed here (as :func:`cancel` does) to book no second successor.
+    """
+    from django.db.models import Case, Q, When
+
+    now = clock.now()
+    using = db_alias()
+    recurring = ~Q(cron="") | Q(every__isnull=False)
+    open_chain = Q(end_at__isnull=True) | Q(end_at__gt=F("fire_at"))
+    won = (
+        Wake.objects.using(using)
+        .filter(pk=wake_id, state=State.DEAD)
+        .update(
+            state=State.PENDING, due_at=now, attempts=0, lane_lock=None, lease_until=None, claim_token=None,
+            fired_at=None, updated_at=now,
+            end_at=Case(When(recurring & open_chain, then=F("fire_at")), default=F("end_at")),
+        )
+    )
+    if won:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+    return bool(won)
+
+
 # --------------------------------------------------------------------------------------------------
 # Claiming
 # --------------------------------------------------------------------------------------------------
@@ -516,8 +556,8 @@ def claim_batch(
             locked = list(manager.lock_pending(ids))
             claims.extend(_claim_rows(using, locked, now, runner_id, lease))
             return claims
-    except DatabaseError as exc:  # a deadlock or serialization failure: nothing was claimed
-        logger.debug("claim pass rolled back: %s", exc)
+    except OperationalError as exc:  # a deadlock or lock timeout between racing runners: nothing claimed
+        logger.info("claim pass rolled back, will retry: %s", exc)
         return []
 
 
@@ -602,8 +642,31 @@ def fire(claim: Claim) -> FireOutcome:
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
         error = _format_error(exc)
-        return _settle_failure(claim, error)
-    return _settle_returned(claim, returned)
+        return _settle_retrying(claim, lambda: _settle_failure(claim, error))
+    return _settle_retrying(claim, lambda: _settle_returned(claim, returned))
+
+
+SETTLE_TRIES = 6
+
+
+def _settle_retrying(claim: Claim, settle: Any) -> FireOutcome:
+    """Run a settle transaction, retrying when the database aborts it (deadlock, lock timeout).
+
+    The sink has already run, so giving up here would leave the row firing until its lease
+    lapses and then re-drive it: a second effect. Every attempt is a fresh transaction fenced by
+    the claim token, so a retry after an ambiguous failure can only be fenced out, never applied twice.
+    """
+    using = db_alias()
+    for attempt in range(1, SETTLE_TRIES + 1):
+        try:
+            return settle()
+        except OperationalError as exc:
+            if attempt == SETTLE_TRIES or connections[using].in_atomic_block:
+                raise
+            logger.info("settling wake %s was rolled back (%s); retrying", claim.wake.pk, exc)
+            connections[using].close_if_unusable_or_obsolete()
+            time.sleep(random.uniform(0, 0.02 * 2**attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _format_error(exc: BaseException) -> str:
@@ -628,11 +691,14 @@ def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str =
 
 
 def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
-    if isinstance(returned, Retry):
-        at = to_datetime(returned.at, name="Retry.at") if returned.at is not None else None
-        return _settle_failure(claim, returned.reason or "retry requested", retry_at=at, outcome=Outcome.RETRY)
-    if isinstance(returned, Defer):
-        return _settle_defer(claim, returned)
+    try:
+        if isinstance(returned, Retry):
+            at = to_datetime(returned.at, name="Retry.at") if returned.at is not None else None
+            return _settle_failure(claim, returned.reason or "retry requested", retry_at=at, outcome=Outcome.RETRY)
+        if isinstance(returned, Defer):
+            return _settle_defer(claim, returned)
+    except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
+        return _settle_failure(claim, f"the sink returned an invalid {type(returned).__name__}: {exc}")
     return _settle_success(claim, stop=isinstance(returned, Stop))
 
 
@@ -708,7 +774,7 @@ def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
     now = clock.now()
     until = defer.until
     if isinstance(until, str | timedelta):
-        due = now + parse_duration(until, name="Defer.until")
+        due = _after(now, parse_duration(until, name="Defer.until"), name="Defer.until")
     else:
         due = to_datetime(until, name="Defer.until")
     with transaction.atomic(using=using):

@@ -46,17 +46,20 @@ def _horizon() -> timedelta:
 
 
 def hint(due_at: datetime | None, *, using: str | None = None) -> None:
-    """Announce that a wake is due at ``due_at``; ignored when it is beyond the polling horizon.
+    """Announce that a wake is due at ``due_at``.
 
-    Beyond the horizon, runners will see the wake on a planned pass anyway, and sleeping until the
-    next known due time lands them on it.
+    Runners in this process always hear it (each ignores a hint later than its planned wake-up).
+    The NOTIFY is skipped beyond the polling horizon: remote runners will see the wake on a planned
+    pass anyway, and sleeping until the next known due time lands them on it.
     """
-    if due_at is None or due_at > clock.now() + _horizon():
+    if due_at is None:
         return
     with _lock:
         runners = list(_local_runners)
     for runner in runners:
         runner.nudge(due_at)
+    if due_at > clock.now() + _horizon():
+        return
     from .models import Wake
 
     alias = using or router.db_for_write(Wake)

@@ -1,1 +1,599 @@
-"""Placeholder replaced by the recurrence work (issue 3) before commit."""
+"""Recurring wakes: ``cron`` and ``every`` chains, their DST rule and their catch-up policies.
+
+A chain is a sequence of occurrences, each its own :class:`~django_wakes.models.Wake` row linked by
+``chain_id``. Only one occurrence of a chain is live at a time: the engine fires it like any other
+``at`` wake and, inside the very transaction that settles it, calls :func:`book_next` to insert the
+next one. A crash therefore loses both or neither; if both, the row that was firing is still
+``firing`` and is re-driven when its lease lapses.
+
+The engine calls exactly three functions here:
+
+* :func:`plan_chain` — validate a new chain and compute its first occurrence (at create time);
+* :func:`claim_extras` — decide what an occurrence's firing stands for (at claim time);
+* :func:`book_next` — insert the next occurrence (at settle time).
+
+Grid arithmetic never reads the wall clock for *where* the next slot is: it always starts from the
+slot the settled occurrence stood for, so late firing never drifts the grid. ``now`` is consulted
+only to decide which slots were *missed* (catch-up).
+
+Cron expressions are evaluated in local wall time of the chain's ``tz``; see :class:`CronGrid` for
+the daylight-saving rule. ``every`` is elapsed time and ignores the zone.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+from django.conf import settings
+from django.db import IntegrityError, router, transaction
+
+from . import signals
+from .durations import Duration, parse_duration
+from .exceptions import InvalidDuration, InvalidSchedule
+from .models import CatchUp, State, TriggerType, Wake
+from .timeutil import to_datetime
+
+logger = logging.getLogger("django_wakes")
+
+__all__ = ["CronGrid", "EveryGrid", "Grid", "book_next", "chain_key", "claim_extras", "grid_for", "plan_chain"]
+
+CRON_MAX_LENGTH = Wake._meta.get_field("cron").max_length
+TZ_MAX_LENGTH = Wake._meta.get_field("tz").max_length
+_ONE_SECOND = timedelta(seconds=1)
+_TINY = timedelta(microseconds=1)
+#: How far apart offset samples are when looking for DST transitions while counting missed slots.
+#: Real zones never change offset twice within a day and back, so a daily probe finds every change.
+_TRANSITION_PROBE = timedelta(days=1)
+#: Slots within this distance of a transition (plus the size of the jump) are counted one by one.
+_TRANSITION_MARGIN = timedelta(hours=1)
+#: Random ("R") and hashed ("H") fields would put each occurrence on a different grid: refused.
+_RANDOM_FIELD = re.compile(r"^[rh](?:\(|/|$)")
+
+
+class Grid(Protocol):
+    """The slots of a chain, as aware UTC instants, in strictly increasing order."""
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        """The first slot strictly after ``moment`` (``None`` if the schedule never fires again)."""
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        """The newest slot at or before ``moment`` (``None`` if there is none)."""
+
+    def count(self, after: datetime, until: datetime) -> int:
+        """How many slots lie in ``(after, until]``."""
+
+
+# --------------------------------------------------------------------------------------------------
+# every: an elapsed-time grid
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EveryGrid:
+    """Slots ``base + k * step`` for every integer ``k``: pure arithmetic, constant work.
+
+    ``step`` is elapsed time, so a chain of ``every="24h"`` drifts by an hour of *wall* time across
+    a DST change; use a cron expression to stay at a local time of day.
+    """
+
+    step: timedelta
+    base: datetime
+
+    def _index(self, moment: datetime) -> int:
+        """The ``k`` of the newest slot at or before ``moment`` (floor division, also for the past)."""
+        return (moment - self.base) // self.step
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        try:
+            return self.base + (self._index(moment) + 1) * self.step
+        except OverflowError:
+            return None
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        try:
+            return self.base + self._index(moment) * self.step
+        except OverflowError:
+            return None
+
+    def count(self, after: datetime, until: datetime) -> int:
+        if until <= after:
+            return 0
+        return self._index(until) - self._index(after)
+
+
+# --------------------------------------------------------------------------------------------------
+# cron: a wall-clock grid with an explicit DST rule
+# --------------------------------------------------------------------------------------------------
+
+
+def _wall(moment: datetime, zone: tzinfo) -> datetime:
+    """The naive local wall time of an aware instant."""
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def _offset(epoch_seconds: int, zone: tzinfo) -> timedelta | None:
+    return datetime.fromtimestamp(epoch_seconds, tz=UTC).astimezone(zone).utcoffset()
+
+
+def _first_with_offset(zone: tzinfo, before: datetime, after: datetime) -> datetime:
+    """The transition instant between ``before`` (old offset) and ``after`` (new offset).
+
+    Bisects on whole seconds (zone transitions happen on whole seconds): a bounded ~20 steps.
+    """
+    lo, hi = math.floor(before.timestamp()), math.ceil(after.timestamp())
+    new = after.astimezone(zone).utcoffset()
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset(mid, zone) == new:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, tz=UTC)
+
+
+def _transitions(zone: tzinfo, start: datetime, end: datetime) -> list[datetime]:
+    """Every instant in ``(start, end]`` where the zone's UTC offset changes.
+
+    Probes the offset once a day and bisects where it changed: the work is proportional to the
+    number of days in the span, never to the number of slots.
+    """
+    found: list[datetime] = []
+    here, offset = start, start.astimezone(zone).utcoffset()
+    while here < end:
+        there = min(here + _TRANSITION_PROBE, end)
+        there_offset = there.astimezone(zone).utcoffset()
+        if there_offset != offset:
+            found.append(_first_with_offset(zone, here, there))
+        here, offset = there, there_offset
+    return found
+
+
+def _expand(values: list[Any], full: range) -> tuple[int, ...]:
+    return tuple(full) if values == ["*"] else tuple(sorted(int(v) for v in values))
+
+
+@dataclass(frozen=True)
+class CronGrid:
+    """The slots of a 5-field cron expression iterated in local wall time of ``tz``.
+
+    The DST rule, applied to each wall time ``g`` the expression produces:
+
+    * ``g`` exists once: it fires at that instant;
+    * ``g`` falls in a spring-forward gap (it does not exist): it fires at the first valid instant
+      after the gap — the transition instant itself. Several slots mapped there (``0,30 2 * * *``,
+      or a slot in the gap and one at the gap's end) are one occurrence: the next occurrence is
+      always strictly after the previous one in UTC;
+    * ``g`` is ambiguous (fall-back repeats it): it fires at its first instance (``fold=0``) when
+      the hour field is fixed, and at both instances when the hour field covers every hour
+      (``*``, ``*/1``, ``0-23``), so ``0 * * * *`` fires at every real hour, none skipped, none
+      doubled.
+    """
+
+    expression: str
+    tz: str
+    zone: tzinfo = field(init=False, repr=False, compare=False)
+    every_hour: bool = field(init=False, repr=False, compare=False)
+    minutes: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    hours: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    day_expression: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parsed = croniter(self.expression, datetime(2000, 1, 1))  # parse only: the start is irrelevant
+        set_ = object.__setattr__
+        set_(self, "zone", ZoneInfo(self.tz))
+        set_(self, "minutes", _expand(parsed.expanded[0], range(60)))
+        set_(self, "hours", _expand(parsed.expanded[1], range(24)))
+        set_(self, "every_hour", len(self.hours) == 24)
+        # The day part of the expression, for walking matching days when counting missed slots.
+        set_(self, "day_expression", "0 0 " + " ".join(parsed.expressions[2:5]))
+
+    # -- mapping wall times to instants ------------------------------------------------------------
+
+    def _instants(self, wall: datetime) -> tuple[datetime, ...]:
+        """The instants (UTC, increasing) at which wall time ``wall`` fires under the DST rule."""
+        first = wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=self.zone, fold=1).astimezone(UTC)
+        if first == second:
+            return (first,)
+        if _wall(first, self.zone) == wall:  # ambiguous: both instances are real (first < second)
+            return (first, second) if self.every_hour else (first,)
+        # In a gap: fold=1 lands before the transition, fold=0 after it.
+        before, after = sorted((first, second))
+        return (_first_with_offset(self.zone, before, after),)
+
+    def _margin(self, wall: datetime) -> timedelta:
+        """How far an ambiguous wall time's two instances are apart (zero when it is not ambiguous)."""
+        first = wall.replace(tzinfo=self.zone, fold=0).utcoffset() or timedelta(0)
+        second = wall.replace(tzinfo=self.zone, fold=1).utcoffset() or timedelta(0)
+        return max(first - second, timedelta(0))
+
+    def _walls(self, start: datetime, *, backwards: bool = False) -> Iterator[datetime]:
+        """Grid wall times strictly after (or before) the naive ``start``, in order."""
+        it = croniter(self.expression, start)
+        step = it.get_prev if backwards else it.get_next
+        while True:
+            try:
+                yield step(datetime)
+            except CroniterBadDateError:  # no match within croniter's search horizon (50 years)
+                return
+
+    # -- Grid ---------------------------------------------------------------------------------------
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        """The first occurrence strictly after ``moment``.
+
+        Instants of the fold=0/gap mapping grow with wall time, and a second (fold=1) instance is
+        never earlier than the first, so the walk can stop at the first wall time whose first
+        instant is past ``moment``; it starts early enough to see second instances of an ambiguous
+        hour that ``moment`` sits in. Bounded work: the slots of at most one ambiguous window.
+        """
+        wall = _wall(moment, self.zone)
+        best: datetime | None = None
+        for candidate in self._walls(wall - self._margin(wall)):
+            instants = self._instants(candidate)
+            for instant in instants:
+                if instant > moment and (best is None or instant < best):
+                    best = instant
+            if instants[0] > moment:
+                break
+        return best
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        """The newest occurrence at or before ``moment`` (the mirror of :meth:`next_after`)."""
+        wall = _wall(moment, self.zone)
+        best: datetime | None = None
+        for candidate in self._walls(wall + self._margin(wall) + _TINY, backwards=True):
+            instants = self._instants(candidate)
+            for instant in instants:
+                if instant <= moment and (best is None or instant > best):
+                    best = instant
+            if instants[-1] <= moment:
+                break
+        return best
+
+    def count(self, after: datetime, until: datetime) -> int:
+        """How many occurrences lie in ``(after, until]``, exactly, without visiting each one.
+
+        The span is cut at DST transitions. Away from them the offset is constant, so wall times map
+        one-to-one onto instants and are counted per matching *day* (the hours x minutes product,
+        with bisection for partial days). Within an hour (plus the jump) of a transition, where
+        gaps collapse and ambiguous hours repeat, the occurrences are enumerated. The work is one
+        croniter step per matching day of the span plus one offset probe per day, and at most a
+        few hours of slots per transition — never one step per missed slot.
+        """
+        if until <= after:
+            return 0
+        windows: list[tuple[datetime, datetime]] = []
+        for moment in _transitions(self.zone, after - _TRANSITION_MARGIN * 4, until + _TRANSITION_MARGIN * 4):
+            jump = abs((moment.astimezone(self.zone).utcoffset() or timedelta(0))
+                       - ((moment - _ONE_SECOND).astimezone(self.zone).utcoffset() or timedelta(0)))
+            lo, hi = moment - jump - _TRANSITION_MARGIN, moment + jump + _TRANSITION_MARGIN
+            if windows and lo <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
+            else:
+                windows.append((lo, hi))
+        total, cursor = 0, after
+        for lo, hi in windows:
+            if hi <= cursor or lo >= until:
+                continue
+            if lo > cursor:
+                total += self._count_steady(cursor, lo)
+                cursor = lo
+            end = min(hi, until)
+            total += self._count_enumerated(cursor, end)
+            cursor = end
+        if cursor < until:
+            total += self._count_steady(cursor, until)
+        return total
+
+    def _count_enumerated(self, after: datetime, until: datetime) -> int:
+        count, moment = 0, after
+        while (moment := self.next_after(moment)) is not None and moment <= until:
+            count += 1
+        return count
+
+    def _count_steady(self, after: datetime, until: datetime) -> int:
+        """Count ``(after, until]`` where the offset does not change: wall times, one per instant."""
+        return self._count_walls(_wall(after, self.zone), _wall(until, self.zone))
+
+    def _count_le(self, moment: time) -> int:
+        """How many (hour, minute) slots of one day are at or before the time of day ``moment``."""
+        hours_before = bisect.bisect_left(self.hours, moment.hour)
+        same_hour = bisect.bisect_right(self.minutes, moment.minute) if moment.hour in self.hours else 0
+        return hours_before * len(self.minutes) + same_hour
+
+    def _count_walls(self, start: datetime, end: datetime) -> int:
+        """How many grid wall times lie in the naive ``(start, end]``: one croniter step per matching day."""
+        per_day = len(self.hours) * len(self.minutes)
+        first_day, last_day = start.date(), end.date()
+        days = croniter(self.day_expression, datetime.combine(first_day, time()) - _TINY)
+        total = 0
+        while True:
+            try:
+                day: date = days.get_next(datetime).date()
+            except CroniterBadDateError:
+                break
+            if day > last_day:
+                break
+            low = self._count_le(start.time()) if day == first_day else 0
+            high = self._count_le(end.time()) if day == last_day else per_day
+            total += high - low
+        return total
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation and the first occurrence
+# --------------------------------------------------------------------------------------------------
+
+
+def _zone_name(tz: Any) -> str:
+    name = settings.TIME_ZONE if tz is None else tz
+    if not isinstance(name, str) or not name or len(name) > TZ_MAX_LENGTH:
+        raise InvalidSchedule(f"tz: {name!r} is not an IANA time zone name")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise InvalidSchedule(f"tz: unknown time zone {name!r}") from exc
+    return name
+
+
+def _cron_grid(cron: Any, tz: str) -> CronGrid:
+    """Parse ``cron`` now, so a bad expression is refused at create time rather than at settle time."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise InvalidSchedule("cron: expected a non-empty cron expression string")
+    expression = " ".join(cron.split())
+    if len(expression) > CRON_MAX_LENGTH:
+        raise InvalidSchedule(f"cron: longer than {CRON_MAX_LENGTH} characters")
+    try:
+        parsed = croniter(expression, datetime(2000, 1, 1))
+    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
+        raise InvalidSchedule(f"cron: {cron!r} is not a valid cron expression ({exc})") from exc
+    if len(parsed.expanded) != 5:
+        raise InvalidSchedule(f"cron: {cron!r} must have 5 fields (minute hour day month weekday)")
+    if any(_RANDOM_FIELD.match(part) for expr in parsed.expressions for part in expr.split(",")):
+        raise InvalidSchedule(f"cron: {cron!r} uses a random or hashed field (R/H); give fixed values")
+    return CronGrid(expression, tz)
+
+
+def _every(every: Any) -> timedelta:
+    try:
+        step = parse_duration(every, name="every", allow_zero=False)
+    except InvalidDuration as exc:
+        raise InvalidSchedule(str(exc)) from exc
+    if step <= timedelta(0):  # pragma: no cover - parse_duration already refuses it
+        raise InvalidSchedule(f"every: must be positive, got {every!r}")
+    return step
+
+
+def _catch_up(value: Any) -> str:
+    if not isinstance(value, str) or value not in CatchUp.values:
+        raise InvalidSchedule(f"catch_up: expected one of {', '.join(CatchUp.values)}, got {value!r}")
+    return value
+
+
+def plan_chain(
+    *,
+    now: datetime,
+    cron: str | None,
+    every: Duration | None,
+    tz: str | None,
+    start_at: datetime | int | float | None,
+    end_at: datetime | int | float | None,
+    catch_up: str,
+) -> dict[str, Any]:
+    """Validate a new chain and return its model fields, ``fire_at`` being the first occurrence.
+
+    Everything is checked before anything is written, so a bad schedule raises
+    :class:`InvalidSchedule` (or :class:`~django_wakes.exceptions.InvalidTime` for a bad
+    ``start_at``/``end_at``) and leaves no row behind. The first occurrence:
+
+    * cron: the first slot strictly after ``now`` — or at/after ``start_at`` if that is later;
+    * every: the grid is ``anchor + k * every`` with ``anchor = start_at or now``; the first slot is
+      ``start_at`` if it is in the future, else the next grid slot after ``now`` (``now + every``
+      without ``start_at``).
+    """
+    zone = _zone_name(tz)
+    policy = _catch_up(catch_up)
+    start = to_datetime(start_at, name="start_at") if start_at is not None else None
+    end = to_datetime(end_at, name="end_at") if end_at is not None else None
+    step: timedelta | None = None
+    expression = ""
+    try:
+        if cron is not None:
+            cron_grid = _cron_grid(cron, zone)
+            expression = cron_grid.expression
+            first = cron_grid.next_after(start - _TINY if start is not None and start > now else now)
+        else:
+            step = _every(every)
+            every_grid = EveryGrid(step, start if start is not None else now)
+            first = start if start is not None and start > now else every_grid.next_after(now)
+    except OverflowError as exc:
+        raise InvalidSchedule("the first occurrence is beyond the last representable date") from exc
+    if first is None:
+        raise InvalidSchedule(f"cron: {cron!r} never fires (no matching date ahead)")
+    if end is not None and end <= first:
+        raise InvalidSchedule(
+            f"end_at {end.isoformat()} is not after the first occurrence {first.isoformat()}"
+        )
+    return {
+        "cron": expression,
+        "every": step,
+        "tz": zone,
+        "catch_up": policy,
+        "start_at": start,
+        "end_at": end,
+        "chain_id": uuid.uuid4().hex,
+        "occurrence": 0,
+        "fire_at": first,
+    }
+
+
+def grid_for(wake: Wake) -> Grid:
+    """The slot grid of a recurring wake (``every`` grids are anchored on the wake's own slot)."""
+    if wake.cron:
+        return CronGrid(wake.cron, wake.tz or settings.TIME_ZONE)
+    if wake.every is None or wake.fire_at is None:
+        raise InvalidSchedule(f"wake {wake.pk} is not a recurring occurrence")
+    return EveryGrid(wake.every, wake.fire_at)
+
+
+# --------------------------------------------------------------------------------------------------
+# Claim time: catch-up
+# --------------------------------------------------------------------------------------------------
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _stood_for(wake: Wake) -> datetime:
+    """The slot an occurrence's firing stood for: ``result["slot"]`` (latest catch-up) or its own."""
+    slot = wake.result.get("slot") if isinstance(wake.result, dict) else None
+    if isinstance(slot, str):
+        try:
+            parsed = datetime.fromisoformat(slot)
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return parsed.astimezone(UTC)
+    assert wake.fire_at is not None  # every occurrence row has its slot
+    return wake.fire_at
+
+
+def claim_extras(wake: Wake, now: datetime) -> dict[str, Any]:
+    """Return what a recurring occurrence's firing adds to ``{"trigger": "at"}``, applying catch-up.
+
+    Always ``{"slot": <ISO-8601 UTC>}``: the slot this firing stands for (shared by every chain on
+    the same schedule, so identical results still group into one claim UPDATE). An occurrence is
+    *missed* when a newer slot of its chain has also come (``now`` has reached the next slot):
+
+    * ``replay``: nothing more; the missed slots come one per pass from :func:`book_next`;
+    * ``latest``: the firing stands for the newest slot at or before ``now`` and reports
+      ``"missed": N``, the slots that will now never fire (this row's own and those between);
+      :func:`book_next` continues after that newest slot;
+    * ``skip``: the occurrence must not fire at all. Being inside the claim transaction with the
+      row locked, it is settled here as ``cancelled`` with ``result = {"trigger": "at", "slot":
+      ..., "skipped": True, "missed": N}`` and the next future slot is booked; the engine's
+      conditional claim UPDATE (``state = pending``) then no longer matches it, so no sink runs.
+
+    The work is constant in the number of missed slots except for the exact cron count (see
+    :meth:`CronGrid.count`).
+    """
+    slot = wake.fire_at
+    assert slot is not None  # every occurrence row has its slot
+    policy = wake.catch_up or CatchUp.REPLAY
+    extras: dict[str, Any] = {"slot": _iso(slot)}
+    if policy == CatchUp.REPLAY:
+        return extras
+    grid = grid_for(wake)
+    horizon = now if wake.end_at is None else min(now, wake.end_at)
+    newest = grid.latest_at_or_before(horizon)
+    if newest is None or newest <= slot:
+        return extras
+    if policy == CatchUp.LATEST:
+        return {"slot": _iso(newest), "missed": grid.count(slot, newest)}
+    skipped = grid.count(slot, horizon) + 1  # this row's slot and every later one up to now
+    using = wake._state.db or router.db_for_write(Wake)
+    marker = {"trigger": TriggerType.AT.value, "slot": _iso(slot), "skipped": True, "missed": skipped}
+    closed = (
+        Wake.objects.using(using)
+        .filter(pk=wake.pk, state=State.PENDING)
+        .update(state=State.CANCELLED, result=marker, due_at=None, coalesce_key=None, fired_at=now, updated_at=now)
+    )
+    if closed:
+        logger.info("wake %s (chain %s): skipped %d missed occurrence(s)", wake.pk, wake.chain_id, skipped)
+        upcoming = grid.next_after(max(now, slot))
+        if upcoming is not None and (wake.end_at is None or upcoming <= wake.end_at):
+            _book(using, wake, upcoming, now, wake.end_at)
+    return marker
+
+
+# --------------------------------------------------------------------------------------------------
+# Settle time: booking the next occurrence
+# --------------------------------------------------------------------------------------------------
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def chain_key(chain_id: str, slot: datetime) -> str:
+    """The idempotency key of a chain's occurrence at ``slot``: a replayed booking finds the first.
+
+    Epoch *microseconds*, in integer arithmetic, so two distinct slots never share a key.
+    """
+    return f"chain:{chain_id}:{(slot - _EPOCH) // _TINY}"
+
+
+def _book(using: str, wake: Wake, slot: datetime, now: datetime, end_at: datetime | None) -> Wake:
+    """Insert the occurrence at ``slot`` (or return the row a previous booking already inserted)."""
+    key = chain_key(wake.chain_id or "", slot)
+    booked = Wake(
+        workspace_id=wake.workspace_id,
+        session_id=wake.session_id,
+        trigger_type=TriggerType.AT,
+        kind=wake.kind,
+        serial_key=wake.serial_key,
+        intent=wake.intent,
+        max_attempts=wake.max_attempts,
+        cron=wake.cron,
+        every=wake.every,
+        tz=wake.tz,
+        catch_up=wake.catch_up,
+        start_at=wake.start_at,
+        end_at=end_at,
+        chain_id=wake.chain_id,
+        occurrence=wake.occurrence + 1,
+        fire_at=slot,
+        due_at=slot,
+        idempotency_key=key,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        with transaction.atomic(using=using):
+            booked.save(using=using, force_insert=True)
+    except IntegrityError:
+        existing = Wake.objects.using(using).filter(workspace_id=wake.workspace_id, idempotency_key=key).first()
+        if existing is None:
+            raise
+        return existing
+    transaction.on_commit(lambda: signals.wake_created.send(sender=Wake, wake=booked), using=using)
+    return booked
+
+
+def book_next(using: str, wake: Wake, now: datetime) -> Wake | None:
+    """Insert the chain's next occurrence after ``wake`` settled; return it (``None``: chain over).
+
+    Called by the engine inside the settle transaction (fired, dead, or expired notice — not after
+    ``Stop()``), so the settle and the booking commit together. The next slot is computed from the
+    slot the firing stood for, never from the wall clock (no drift):
+
+    * ``replay`` / ``latest``: the first slot after it, even if already past (``replay`` then fires
+      each missed slot in order, one per pass; ``latest`` folds them at that claim);
+    * ``skip``: the first slot strictly after ``now``.
+
+    No occurrence is booked after ``end_at`` (re-read here: :func:`~django_wakes.cancel` on a firing
+    occurrence closes the chain by setting ``end_at = fire_at``). The insert carries the idempotency
+    key :func:`chain_key`, so calling this twice for one settle books one row.
+    """
+    if not wake.is_recurring:
+        return None
+    row = Wake.objects.using(using).filter(pk=wake.pk).values("end_at").first()
+    end_at = row["end_at"] if row is not None else wake.end_at
+    stood_for = _stood_for(wake)
+    after = max(stood_for, now) if wake.catch_up == CatchUp.SKIP else stood_for
+    upcoming = grid_for(wake).next_after(after)
+    if upcoming is None or (end_at is not None and upcoming > end_at):
+        logger.info("chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk)
+        return None
+    return _book(using, wake, upcoming, now, end_at)

@@ -26,6 +26,7 @@ from .conf import wakes_settings
 from .engine import Claim, RunReport
 from .models import Runner as RunnerRow
 from .models import State, Wake
+from .sinks import registry
 
 logger = logging.getLogger("django_wakes")
 
@@ -36,7 +37,7 @@ class Runner:
     def __init__(
         self,
         *,
-        interval: float = 1.0,
+        interval: float | None = None,
         batch: int | None = None,
         concurrency: int = 1,
         lease: timedelta | None = None,
@@ -46,7 +47,7 @@ class Runner:
         shutdown_timeout: float = 30.0,
         runner_id: str | None = None,
     ) -> None:
-        self.interval = interval
+        self.interval = interval if interval is not None else wakes_settings.poll_interval
         self.batch = batch or wakes_settings.batch
         self.concurrency = max(1, concurrency)
         self.lease = lease or wakes_settings.lease
@@ -61,15 +62,25 @@ class Runner:
         self._in_hand_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._futures: set[Future[None]] = set()
-        self._next_gc = time.monotonic() + 60.0
+        # The first gc comes a minute after boot (or sooner if gc_every is shorter), so a runner
+        # that is restarted more often than gc_every still collects.
+        first_gc = 60.0 if gc_every is None else min(60.0, gc_every.total_seconds())
+        self._next_gc = time.monotonic() + first_gc
+        # When the sleeping loop means to wake up; None while a pass runs (then every nudge counts).
+        self._planned: datetime | None = None
         self.fired = 0
         self.failed = 0
 
     # -- control ---------------------------------------------------------------------------------
 
     def nudge(self, at: datetime | None = None) -> None:
-        """Wake the loop early: a wake is due at ``at`` (now if ``None``)."""
-        self._wakeup.set()
+        """Wake the loop early: a wake is due at ``at`` (now if ``None``).
+
+        A hint later than the loop's planned wake-up is ignored: the loop gets there anyway.
+        """
+        planned = self._planned
+        if at is None or planned is None or at < planned:
+            self._wakeup.set()
 
     def stop(self) -> None:
         """Stop claiming; the wakes in hand are finished (within ``shutdown_timeout``)."""
@@ -110,15 +121,26 @@ class Runner:
                 self._release(claim)
                 continue
             report.add(claim.wake.pk, self._fire(claim))
+        if len(claims) < self.batch:
+            self._observe_unwakeable()
         report.next_at = engine.next_due_at()
         return report
 
     def _claim(self, limit: int) -> list[Claim]:
+        """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
         claims = engine.claim_batch(runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease)
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim
+        takeovers = sum(1 for claim in claims if claim.takeover)
+        if takeovers:
+            logger.info("re-driving %d wake(s) whose lease had lapsed", takeovers)
         return claims
+
+    def _observe_unwakeable(self) -> None:
+        """Warn once (then DEBUG) about due wakes no registered sink can fire; they stay due."""
+        rows = Wake.objects.using(engine.db_alias()).unwakeable(clock.now(), registry.kinds())
+        engine.unwakeable_log.observe(list(rows.values_list("id", "kind")[:100]))
 
     def _fire(self, claim: Claim) -> engine.FireOutcome:
         try:
@@ -126,10 +148,11 @@ class Runner:
         finally:
             with self._in_hand_lock:
                 self._in_hand.pop(claim.wake.pk, None)
-        if outcome.outcome in ("fired", "expired", "stopped"):
-            self.fired += 1
-        elif outcome.outcome in ("failed", "retry", "dead"):
-            self.failed += 1
+        with self._in_hand_lock:  # concurrent fire threads count here too
+            if outcome.outcome in ("fired", "expired", "stopped"):
+                self.fired += 1
+            elif outcome.outcome in ("failed", "retry", "dead"):
+                self.failed += 1
         return outcome
 
     def _release(self, claim: Claim) -> None:
@@ -153,9 +176,9 @@ class Runner:
         try:
             self._register()
             heartbeat.start()
-            recovered = engine.recover(runner_id=self.runner_id)
-            if recovered:
-                logger.info("recovered %d wake(s) whose lease had lapsed", recovered)
+            # Boot recovery is the first pass: claim_batch takes over lapsed leases before anything
+            # else, and through _claim they are in hand, with this runner's lease and heartbeat
+            # (engine.recover would fire them under WAKES['LEASE'] with no renewal).
             while not self.stopping.is_set():
                 self._maybe_gc()
                 next_at, busy = self._pass()
@@ -178,11 +201,13 @@ class Runner:
 
     def _pass(self) -> tuple[datetime | None, bool]:
         """Run one pass; return the next known due time and whether to go again at once."""
+        self._planned = None
         self._wakeup.clear()
         if self._pool is None:
             report = self.run_once()
             return report.next_at, report.claimed >= self.batch
         close_old_connections()
+        self._futures = {f for f in self._futures if not f.done()}
         free = self.concurrency - len(self._futures)
         claims = self._claim(min(free, self.batch)) if free > 0 else []
         for claim in claims:
@@ -194,6 +219,8 @@ class Runner:
         if full:  # wait for a free slot before claiming more
             wait(self._futures, timeout=self.interval, return_when=FIRST_COMPLETED)
             return None, True
+        if len(claims) < min(free, self.batch):
+            self._observe_unwakeable()
         return engine.next_due_at(), bool(claims) and len(claims) >= free
 
     def _fire_in_thread(self, claim: Claim) -> None:
@@ -209,6 +236,7 @@ class Runner:
             if seconds == 0.0:
                 # Due but not claimable by us now (lane busy, leases held): back off briefly.
                 seconds = min(self.interval, 0.05)
+        self._planned = clock.now() + timedelta(seconds=seconds)
         self._wakeup.wait(seconds)
 
     def _drain(self) -> None:

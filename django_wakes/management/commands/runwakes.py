@@ -56,8 +56,8 @@ class Command(BaseCommand):
             "--once", action="store_true", help="Run a single pass and exit; exit status 1 if any wake failed."
         )
         parser.add_argument(
-            "--interval", type=positive_float, default=1.0,
-            help="Longest sleep between passes in seconds: the polling backstop (default %(default)r).",
+            "--interval", type=positive_float, default=None,
+            help="Longest sleep between passes in seconds: the polling backstop (WAKES['POLL_INTERVAL'], 1.0).",
         )
         parser.add_argument("--batch", type=positive_int, default=None, help="Wakes claimed per pass (WAKES['BATCH']).")
         parser.add_argument(
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         self,
         *args: Any,
         once: bool,
-        interval: float,
+        interval: float | None,
         batch: int | None,
         concurrency: int,
         lease: timedelta | None,

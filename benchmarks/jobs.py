@@ -1,0 +1,336 @@
+"""The benchmark steps that run inside a Django process (``python -m benchmarks.jobs STEP ...``).
+
+``benchmarks.run`` starts one of these per step, with ``DATABASE_URL`` pointing at a benchmark
+database and ``DJANGO_SETTINGS_MODULE=benchmarks.settings``; each step prints one JSON object on
+its last stdout line. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+
+def setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    import django
+
+    django.setup()
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers (Django is set up by then)
+# --------------------------------------------------------------------------------------------------
+
+
+def vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def reset() -> None:
+    """Empty the wake tables of the benchmark database."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "TRUNCATE django_wakes_wakeattempt, django_wakes_wake, django_wakes_runner RESTART IDENTITY"
+            )
+        else:
+            for table in ("django_wakes_wakeattempt", "django_wakes_wake", "django_wakes_runner"):
+                cursor.execute(f"DELETE FROM {table}")
+
+
+def seed(n: int, *, lanes: int = 0, kind: str = "bench.noop", in_seconds: float = 0.0, lane_every: int = 1) -> None:
+    """Insert ``n`` pending time wakes due ``in_seconds`` from now, spread over ``lanes`` lanes.
+
+    ``lane_every=2`` puts only every other wake in a lane (the rest have none). The rows are what
+    ``schedule(delay=...)`` would write, inserted with ``bulk_create`` for speed.
+    """
+    from django.db import transaction
+
+    from django_wakes import clock
+    from django_wakes.models import Wake
+
+    now = clock.now()
+    due = now + timedelta(seconds=in_seconds)
+    chunk = 5000
+    with transaction.atomic():
+        for start in range(0, n, chunk):
+            rows = []
+            for i in range(start, min(n, start + chunk)):
+                lane = f"lane-{i % lanes}" if lanes and i % lane_every == 0 else None
+                rows.append(
+                    Wake(
+                        workspace_id="bench", trigger_type="at", kind=kind, serial_key=lane, state="pending",
+                        fire_at=due, due_at=due, created_at=now, updated_at=now, max_attempts=5,
+                    )
+                )
+            Wake.objects.bulk_create(rows, batch_size=1000)
+
+
+def seed_future_sql(n: int) -> None:
+    """Insert ``n`` pending wakes due in 1-2 days with one SQL statement (fast for 1,000,000 rows).
+
+    Half of them are in one of 100 lanes, like :func:`seed` with ``lanes=100, lane_every=2``.
+    """
+    from django.db import connection
+
+    columns = (
+        "workspace_id, trigger_type, kind, serial_key, state, fire_at, due_at, prompt, claimed_by, attempts, "
+        "max_attempts, last_error, cron, tz, catch_up, occurrence, created_at, updated_at"
+    )
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"""
+                INSERT INTO django_wakes_wake ({columns})
+                SELECT 'bench', 'at', 'bench.noop', CASE WHEN g %% 2 = 0 THEN 'lane-' || (g %% 100) END, 'pending',
+                       now() + interval '1 day' + g * interval '1 millisecond',
+                       now() + interval '1 day' + g * interval '1 millisecond',
+                       '', '', 0, 5, '', '', '', '', 0, now(), now()
+                FROM generate_series(1, %s) AS g
+                """,
+                [n],
+            )
+        else:
+            from django_wakes import clock
+
+            base = clock.now() + timedelta(days=1)
+            cursor.execute(
+                f"""
+                WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < %s)
+                INSERT INTO django_wakes_wake ({columns})
+                SELECT 'bench', 'at', 'bench.noop', CASE WHEN i % 2 = 0 THEN 'lane-' || (i % 100) END, 'pending',
+                       strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (i / 1000.0) || ' seconds'),
+                       strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (i / 1000.0) || ' seconds'),
+                       '', '', 0, 5, '', '', '', '', 0, %s, %s
+                FROM g
+                """,
+                [n, base.strftime("%Y-%m-%d %H:%M:%S"), base.strftime("%Y-%m-%d %H:%M:%S"), base, base],
+            )
+
+
+def analyze() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_wakes_wake" if connection.vendor == "postgresql" else "ANALYZE")
+
+
+def vm_rss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def count_state(state: str) -> int:
+    from django_wakes.models import Wake
+
+    return Wake.objects.filter(state=state).count()
+
+
+# --------------------------------------------------------------------------------------------------
+# Steps
+# --------------------------------------------------------------------------------------------------
+
+
+def step_prepare(args: argparse.Namespace) -> dict[str, Any]:
+    """Empty the tables and insert ``n`` due-now wakes (for the throughput runs)."""
+    reset()
+    seed(args.n, lanes=args.lanes)
+    return {"seeded": args.n, "lanes": args.lanes}
+
+
+def step_reset(args: argparse.Namespace) -> dict[str, Any]:
+    reset()
+    return {}
+
+
+def step_span(args: argparse.Namespace) -> dict[str, Any]:
+    """First claim to last settle, as recorded by the runners themselves, and a state census."""
+    from django.db.models import Count, Max, Min
+
+    from django_wakes.models import Wake, WakeAttempt
+
+    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("fired_at"))
+    states = dict(Wake.objects.values_list("state").annotate(n=Count("id")).order_by())
+    attempts = WakeAttempt.objects.count()
+    span = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
+    return {"span_s": span, "states": states, "attempts": attempts}
+
+
+def _time_claim_passes(reps: int, due_per_rep: int) -> dict[str, float]:
+    """Median wall time of ``claim_batch`` and of a whole ``run_due`` over ``due_per_rep`` due rows."""
+    from django_wakes import engine
+
+    claim_times, pass_times = [], []
+    for i in range(reps):
+        seed(due_per_rep, lanes=5, lane_every=2, in_seconds=-1)
+        t0 = time.perf_counter()
+        claims = engine.claim_batch(runner_id="bench-claim", limit=100)
+        claim_times.append(time.perf_counter() - t0)
+        assert len(claims) == due_per_rep, (i, len(claims))
+        for claim in claims:
+            engine.fire(claim)
+        seed(due_per_rep, lanes=5, lane_every=2, in_seconds=-1)
+        t0 = time.perf_counter()
+        report = engine.run_due(runner_id="bench-claim", limit=100)
+        pass_times.append(time.perf_counter() - t0)
+        assert report.fired == due_per_rep, (i, report)
+    return {
+        "claim_ms": statistics.median(claim_times) * 1000,
+        "claim_ms_min": min(claim_times) * 1000,
+        "run_due_ms": statistics.median(pass_times) * 1000,
+        "run_due_ms_min": min(pass_times) * 1000,
+    }
+
+
+def _explain(due: int) -> str:
+    """The plan of claim_batch's candidate query, with ``due`` rows due (then fired, to clear them)."""
+    from django_wakes import clock, engine
+    from django_wakes.models import Wake
+    from django_wakes.sinks import registry
+
+    seed(due, lanes=5, lane_every=2, in_seconds=-1)
+    qs = Wake.objects.claimable(clock.now(), registry.kinds()).values_list("id", flat=True)[:100]
+    plan = qs.explain(analyze=True, buffers=True) if vendor() == "postgresql" else qs.explain()
+    engine.run_due(runner_id="bench-claim", limit=100)
+    return plan
+
+
+def step_claim(args: argparse.Namespace) -> dict[str, Any]:
+    """Claim-pass time over a few due rows with ``small`` and then ``large`` pending future rows."""
+    reset()
+    out: dict[str, Any] = {"small": args.small, "large": args.large, "due_per_pass": args.due}
+    t0 = time.perf_counter()
+    seed_future_sql(args.small)
+    analyze()
+    out["insert_small_s"] = time.perf_counter() - t0
+    _time_claim_passes(2, args.due)  # warm up connections, caches and the sink registry
+    out["at_small"] = _time_claim_passes(args.reps, args.due)
+    out["explain_small"] = _explain(args.due)
+    t0 = time.perf_counter()
+    seed_future_sql(args.large - args.small)
+    analyze()
+    out["insert_large_s"] = time.perf_counter() - t0
+    _time_claim_passes(2, args.due)
+    out["at_large"] = _time_claim_passes(args.reps, args.due)
+    out["explain_large"] = _explain(args.due)
+    out["pending_future"] = count_state("pending")
+    return out
+
+
+def step_rss(args: argparse.Namespace) -> dict[str, Any]:
+    """Fire ``n`` wakes with an in-process :class:`Runner` loop; VmRSS after ``first`` and after ``n``."""
+    from django.db import connections
+
+    from django_wakes.runner import Runner
+
+    reset()
+    seed(args.n)
+    connections.close_all()
+    runner = Runner(interval=1.0, listen=False, gc_every=None)
+    thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
+    rss_before = vm_rss_kib()
+    t0 = time.perf_counter()
+    thread.start()
+    rss_first = None
+    samples = []
+    next_sample = 0
+    while runner.fired < args.n:
+        if rss_first is None and runner.fired >= args.first:
+            rss_first = vm_rss_kib()
+            t_first = time.perf_counter()
+        if runner.fired >= next_sample:
+            samples.append((runner.fired, vm_rss_kib()))
+            next_sample += max(args.n // 20, 1)
+        if not thread.is_alive():
+            raise SystemExit(f"runner thread died after {runner.fired} fires")
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - t0
+    rss_last = vm_rss_kib()
+    runner.stop()
+    thread.join(30)
+    return {
+        "n": args.n,
+        "first": args.first,
+        "rss_before_kib": rss_before,
+        "rss_first_kib": rss_first,
+        "rss_last_kib": rss_last,
+        "ratio": rss_last / rss_first if rss_first else None,
+        "elapsed_s": elapsed,
+        "rate_after_first": (args.n - args.first) / (elapsed - (t_first - t0)) if rss_first else None,
+        "samples": samples,
+    }
+
+
+def step_create_one_at_a_time(args: argparse.Namespace) -> dict[str, Any]:
+    """Create ``n`` due-now wakes one at a time through the public API; stamp each commit.
+
+    The stamp is an ``on_commit`` callback registered before ``schedule()`` runs, so it runs right
+    after COMMIT returns and before the push hint that ``schedule()`` sends on commit.
+    """
+    from django.db import transaction
+
+    import django_wakes
+
+    stamps: dict[int, float] = {}
+    rng = random.Random(args.seed)
+    for _ in range(args.n):
+        box: list[float] = []
+        with transaction.atomic():
+            transaction.on_commit(lambda box=box: box.append(time.time()))
+            wake = django_wakes.schedule(workspace_id="bench", delay=timedelta(0), kind="bench.stamp")
+        stamps[wake.pk] = box[0]
+        time.sleep(rng.uniform(args.gap * 0.5, args.gap * 1.5))
+    return {"commits": stamps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.jobs")
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--lanes", type=int, default=0)
+    sub.add_parser("reset")
+    sub.add_parser("span")
+    p = sub.add_parser("claim")
+    p.add_argument("--small", type=int, default=10_000)
+    p.add_argument("--large", type=int, default=1_000_000)
+    p.add_argument("--due", type=int, default=10)
+    p.add_argument("--reps", type=int, default=15)
+    p = sub.add_parser("rss")
+    p.add_argument("--n", type=int, default=100_000)
+    p.add_argument("--first", type=int, default=1_000)
+    p = sub.add_parser("create")
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--gap", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    setup()
+    step = {
+        "prepare": step_prepare,
+        "reset": step_reset,
+        "span": step_span,
+        "claim": step_claim,
+        "rss": step_rss,
+        "create": step_create_one_at_a_time,
+    }[args.step]
+    result = step(args)
+    print(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()

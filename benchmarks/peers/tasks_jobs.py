@@ -1,0 +1,42 @@
+"""The django-tasks-db peer: a no-op task, and ``python -m benchmarks.peers.tasks_jobs N`` to enqueue N."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+if importlib.util.find_spec("django.tasks") is not None:
+    from django.tasks import task
+else:
+    from django_tasks import task
+
+
+@task
+def noop() -> None:
+    """Do nothing (the same no-op as django-wakes' ``bench.noop`` sink)."""
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.tasks_settings")
+    import django
+
+    django.setup()
+    from django.db import connection, transaction
+    from django_tasks_db.models import DBTaskResult
+
+    n = int(sys.argv[1])
+    table = DBTaskResult._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {table}")
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        for _ in range(n):
+            noop.enqueue()
+    print(json.dumps({"enqueued": n, "enqueue_s": time.perf_counter() - t0, "table": table}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,575 @@
+"""``make bench``: every figure of the django-wakes benchmark, on SQLite and PostgreSQL, in one run.
+
+Run it with the benchmark's own virtualenv (``benchmarks/.env``, which ``make bench`` creates)::
+
+    benchmarks/.env/bin/python -m benchmarks.run
+
+It orchestrates real processes: ``manage.py runwakes`` runners, the peers' workers
+(django-tasks-db's ``db_worker``, procrastinate's ``worker``) and short Django steps
+(``benchmarks.jobs``). It uses databases of its own (``wakes_bench*`` on the PostgreSQL server,
+files under ``benchmarks/.env/data`` for SQLite). Knobs (environment variables) are listed in
+``benchmarks/README.md``; ``BENCH_QUICK=1`` is a small smoke run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+BIN = Path(PY).parent
+WORK = ROOT / "benchmarks" / ".env"
+DATA = WORK / "data"
+LOGS = WORK / "logs"
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+
+def knob(name: str, default: Any, quick: Any = None) -> Any:
+    value = os.environ.get(name)
+    if value is None:
+        return quick if QUICK and quick is not None else default
+    return type(default)(value)
+
+
+N = knob("BENCH_N", 10_000, 1_000)
+LANES = knob("BENCH_LANES", 100)
+DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
+ONLY = {s.strip() for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss").split(",") if s.strip()}
+PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+LAT_N = knob("BENCH_LAT_N", 300, 50)
+LAT_GAP = knob("BENCH_LAT_GAP", 0.03)
+CLAIM_SMALL = knob("BENCH_CLAIM_SMALL", 10_000, 1_000)
+CLAIM_LARGE = knob("BENCH_CLAIM_LARGE", 1_000_000, 100_000)
+CLAIM_REPS = knob("BENCH_CLAIM_REPS", 15, 5)
+RSS_N = knob("BENCH_RSS_N", 100_000, 5_000)
+RSS_FIRST = knob("BENCH_RSS_FIRST", 1_000)
+RSS_DB = knob("BENCH_RSS_DB", "postgres")
+CEILING_S = knob("BENCH_CEILING_SECONDS", 5.0, 2.0)
+PROCRASTINATE_CONCURRENCY = knob("BENCH_PROCRASTINATE_CONCURRENCY", 10)
+TIMEOUT = knob("BENCH_TIMEOUT", 900.0)
+OUT = Path(knob("BENCH_OUT", str(WORK / "results.json")))
+
+TARGETS = {
+    "ceiling_fraction": 0.40,
+    "peer_ratio": 5.0,
+    "push_p50_ms": 10.0,
+    "push_p99_ms": 50.0,
+    "claim_ratio": 1.5,
+    "rss_ratio": 1.1,
+}
+
+_live: list[subprocess.Popen[bytes]] = []
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def note(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Databases
+# --------------------------------------------------------------------------------------------------
+
+
+class Db:
+    """One benchmark database: its DATABASE_URL and a raw connection for polling counts."""
+
+    def __init__(self, vendor: str, name: str) -> None:
+        self.vendor = vendor
+        self.name = name
+        if vendor == "postgres":
+            self.url = f"{PG}/{name}"
+            self.dsn = self.url.replace("postgres://", "postgresql://", 1)
+        else:
+            self.path = DATA / f"{name}.sqlite3"
+            self.url = f"sqlite:///{self.path}"
+        self._conn: Any = None
+
+    def recreate(self) -> None:
+        self.close()
+        if self.vendor == "postgres":
+            pg_admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            pg_admin(f'CREATE DATABASE "{self.name}"')
+        else:
+            for suffix in ("", "-journal", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def conn(self) -> Any:
+        if self._conn is None:
+            if self.vendor == "postgres":
+                import psycopg
+
+                self._conn = psycopg.connect(self.dsn, autocommit=True)
+            else:
+                self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        return self._conn
+
+    def scalar(self, sql: str) -> Any:
+        cur = self.conn().execute(sql)
+        row = cur.fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def pg_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG.replace('postgres://', 'postgresql://', 1)}/postgres", autocommit=True) as conn:
+        conn.execute(sql)
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------------
+
+
+def child_env(url: str, settings: str = "benchmarks.settings", **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE=settings, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.pop("DJANGO_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def log_file(name: str) -> Any:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    return open(LOGS / f"{name}.log", "ab")  # noqa: SIM115
+
+
+def run_json(argv: list[str], env: dict[str, str], log: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    """Run a step to completion; return the JSON object on its last stdout line."""
+    with log_file(log) as err:
+        done = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, timeout=timeout)
+    if done.returncode != 0:
+        tail = (LOGS / f"{log}.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{tail}")
+    lines = done.stdout.decode().strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def job(db: Db, *args: Any, log: str = "jobs") -> dict[str, Any]:
+    return run_json([PY, "-m", "benchmarks.jobs", *map(str, args)], child_env(db.url), log)
+
+
+def migrate(db: Db, settings: str = "benchmarks.settings") -> None:
+    run_json([PY, "manage.py", "migrate", "--verbosity", "0"], child_env(db.url, settings), "migrate")
+
+
+def start(argv: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
+    with log_file(log) as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    _live.append(proc)
+    return proc
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process we started (by pid), then SIGKILL any that outlives 30 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for proc in procs:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc in _live:
+            _live.remove(proc)
+
+
+def drain(
+    starter: Callable[[], list[subprocess.Popen[bytes]]], done: Callable[[], int], n: int, poll: float
+) -> tuple[float, int]:
+    """Start the workers and poll ``done()`` until it reaches ``n``; return (seconds from start, count)."""
+    t0 = time.perf_counter()
+    procs = starter()
+    count = 0
+    try:
+        while True:
+            count = done()
+            if count >= n:
+                break
+            if time.perf_counter() - t0 > TIMEOUT:
+                note(f"timed out after {TIMEOUT:.0f}s with {count}/{n} done")
+                break
+            if all(p.poll() is not None for p in procs):
+                raise RuntimeError(f"every worker exited with {count}/{n} done (see {LOGS})")
+            time.sleep(poll)
+        elapsed = time.perf_counter() - t0
+    finally:
+        stop(procs)
+    return elapsed, count
+
+
+# --------------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------------
+
+
+def ceiling(db: Db, seconds: float) -> float:
+    """Raw single-row UPDATE commits/s from one Python process, on the same database."""
+    rows = 1000
+    if db.vendor == "postgres":
+        import psycopg
+
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS bench_ceiling (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
+            conn.execute(
+                "INSERT INTO bench_ceiling (id) SELECT g FROM generate_series(1, %s) g ON CONFLICT DO NOTHING", [rows]
+            )
+            return _update_loop(lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", [i]),
+                                rows, seconds)
+    # SQLite: the file Django uses, with its journal settings (rollback journal, synchronous=FULL
+    # unless the file says otherwise); autocommit, so each UPDATE is its own committed transaction.
+    conn = sqlite3.connect(db.path, timeout=30, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_ceiling (id integer PRIMARY KEY, n integer NOT NULL DEFAULT 0)")
+        conn.execute(
+            "INSERT OR IGNORE INTO bench_ceiling (id) WITH RECURSIVE g(i) AS "
+            "(SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?) SELECT i FROM g",
+            [rows],
+        )
+        return _update_loop(lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = ?", [i]),
+                            rows, seconds)
+    finally:
+        conn.close()
+
+
+def _update_loop(update: Callable[[int], Any], rows: int, seconds: float) -> float:
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        update(n % rows + 1)
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def throughput(db: Db, runners: int, lanes: int) -> dict[str, Any]:
+    """Seed N due wakes, start ``runners`` runwakes processes, time until all are fired."""
+    job(db, "prepare", "--n", N, "--lanes", lanes)
+    db.close()
+    tag = f"runwakes-{db.vendor}-{runners}r-{lanes}l"
+
+    def starter() -> list[subprocess.Popen[bytes]]:
+        return [start([PY, "manage.py", "runwakes"], child_env(db.url), tag) for _ in range(runners)]
+
+    elapsed, count = drain(
+        starter, lambda: db.scalar("SELECT count(*) FROM django_wakes_wake WHERE state = 'fired'"), N,
+        0.05 if db.vendor == "postgres" else 0.2,
+    )
+    span = job(db, "span")
+    return {
+        "db": db.vendor, "runners": runners, "lanes": lanes, "n": N, "fired": count, "wall_s": elapsed,
+        "rate": count / elapsed, "span_s": span["span_s"],
+        "span_rate": count / span["span_s"] if span["span_s"] else None,
+        "states": span["states"], "attempts": span["attempts"],
+    }
+
+
+def peer_tasks_db() -> dict[str, Any]:
+    """django-tasks-db: enqueue N no-op tasks, then time one ``db_worker`` draining them."""
+    db = Db("postgres", "wakes_bench_tasks")
+    db.recreate()
+    settings = "benchmarks.peers.tasks_settings"
+    migrate(db, settings)
+    enq = run_json([PY, "-m", "benchmarks.peers.tasks_jobs", str(N)], child_env(db.url, settings), "tasks-db")
+    elapsed, count = drain(
+        lambda: [start([PY, "manage.py", "db_worker", "--no-startup-delay"], child_env(db.url, settings), "tasks-db")],
+        lambda: db.scalar(f"SELECT count(*) FROM {enq['table']} WHERE status = 'SUCCESSFUL'"), N, 0.05,
+    )
+    db.close()
+    return {"peer": "django-tasks-db db_worker", "n": N, "done": count, "wall_s": elapsed, "rate": count / elapsed,
+            "enqueue_s": enq["enqueue_s"]}
+
+
+def peer_procrastinate() -> list[dict[str, Any]]:
+    """procrastinate: defer N no-op jobs, then time one worker (default, then tuned concurrency)."""
+    db = Db("postgres", "wakes_bench_procrastinate")
+    db.recreate()
+    env = child_env(db.url, PROCRASTINATE_DSN=db.dsn)
+    app = "--app=benchmarks.peers.procrastinate_app.app"
+    cli = str(BIN / "procrastinate")
+    run_json([cli, app, "schema", "--apply"], env, "procrastinate")
+    results = []
+    for concurrency in (None, PROCRASTINATE_CONCURRENCY):
+        enq = run_json([PY, "-m", "benchmarks.peers.procrastinate_app", str(N)], env, "procrastinate")
+        argv = [cli, app, "worker"] + ([] if concurrency is None else ["--concurrency", str(concurrency)])
+        elapsed, count = drain(
+            lambda argv=argv: [start(argv, env, "procrastinate")],
+            lambda: db.scalar("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"), N, 0.05,
+        )
+        label = "procrastinate worker (default)" if concurrency is None else f"procrastinate worker -c {concurrency}"
+        results.append({"peer": label, "n": N, "done": count, "wall_s": elapsed, "rate": count / elapsed,
+                        "enqueue_s": enq["enqueue_s"]})
+    db.close()
+    return results
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def latency(db: Db, listen: bool) -> dict[str, Any]:
+    """Due-to-fire latency of due-now wakes created one at a time by another process."""
+    job(db, "reset")
+    db.close()
+    mode = "push" if listen else "poll"
+    stamps = DATA / f"stamps-{mode}.txt"
+    stamps.unlink(missing_ok=True)
+    env = child_env(db.url, BENCH_STAMP_FILE=str(stamps))
+    argv = [PY, "manage.py", "runwakes"] + ([] if listen else ["--no-listen"])
+    runner = start(argv, env, f"latency-{mode}")
+    try:
+        deadline = time.monotonic() + 60
+        while not db.scalar("SELECT count(*) FROM django_wakes_runner"):
+            if time.monotonic() > deadline or runner.poll() is not None:
+                raise RuntimeError(f"the latency runner did not start (see {LOGS})")
+            time.sleep(0.05)
+        time.sleep(1.0)  # let its LISTEN connection settle
+        created = job(db, "create", "--n", LAT_N, "--gap", LAT_GAP, log=f"latency-{mode}")["commits"]
+        commits = {int(k): v for k, v in created.items()}
+        fired: dict[int, float] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if stamps.exists():
+                for line in stamps.read_text().splitlines():
+                    wake_id, at = line.split()
+                    fired.setdefault(int(wake_id), float(at))
+            if all(k in fired for k in commits):
+                break
+            time.sleep(0.1)
+    finally:
+        stop([runner])
+    lat = [(fired[k] - commits[k]) * 1000 for k in commits if k in fired]
+    return {
+        "mode": mode, "n": len(commits), "fired": len(lat),
+        "p50_ms": percentile(lat, 0.50), "p99_ms": percentile(lat, 0.99),
+        "max_ms": max(lat), "mean_ms": sum(lat) / len(lat),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "nproc": os.cpu_count()}
+    try:
+        meminfo = Path("/proc/meminfo").read_text().split("\n")[0]
+        info["ram_gib"] = round(int(meminfo.split()[1]) / 1024 / 1024, 1)
+        model = [ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")]
+        info["cpu"] = model[0].split(":", 1)[1].strip() if model else platform.processor()
+        info["loadavg_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    info["python"] = platform.python_version()
+    info["sqlite"] = sqlite3.sqlite_version
+    try:
+        import django
+        import psycopg
+
+        info["django"] = django.get_version()
+        info["psycopg"] = psycopg.__version__
+        with psycopg.connect(f"{PG.replace('postgres://', 'postgresql://', 1)}/postgres") as conn:
+            info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+            info["pg_synchronous_commit"] = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    except Exception as exc:  # noqa: BLE001
+        info["postgresql"] = f"unreachable: {exc}"
+    tool = shutil.which("mariadb") or shutil.which("mysql")
+    if tool:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip()
+        info["mariadb_client"] = out
+    try:
+        from importlib.metadata import version
+
+        info["peers"] = {p: version(p) for p in ("django-tasks-db", "django-tasks", "procrastinate")}
+    except Exception:  # noqa: BLE001
+        info["peers"] = "not installed"
+    try:
+        info["git"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "django_wakes"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        info["django_wakes_dirty"] = bool(dirty)
+    except OSError:
+        pass
+    return info
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("MET" if ok else "MISSED")
+
+
+def main() -> int:
+    DATA.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": machine(), "knobs": {
+        "N": N, "lanes": LANES, "dbs": DBS, "only": sorted(ONLY), "lat_n": LAT_N, "claim_small": CLAIM_SMALL,
+        "claim_large": CLAIM_LARGE, "rss_n": RSS_N, "rss_first": RSS_FIRST, "rss_db": RSS_DB,
+        "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
+    }}
+    m = results["machine"]
+    say("django-wakes benchmark")
+    say(f"  machine: {m.get('nproc')} cpu ({m.get('cpu', '?')}), {m.get('ram_gib', '?')} GiB RAM, "
+        f"load {' '.join(m.get('loadavg_start', []))} at start")
+    say(f"  Python {m['python']}, Django {m.get('django')}, psycopg {m.get('psycopg')}, SQLite {m['sqlite']}, "
+        f"PostgreSQL {m.get('postgresql')} (synchronous_commit={m.get('pg_synchronous_commit')})")
+    say(f"  peers: {m.get('peers')}; {m['date']}; git {m.get('git')}"
+        f"{' + uncommitted django_wakes changes' if m.get('django_wakes_dirty') else ''}")
+    say(f"  N={N} lanes={LANES} dbs={','.join(DBS)}")
+    t_start = time.perf_counter()
+    results["ceiling"], results["throughput"], results["claim"] = {}, [], {}
+    try:
+        for vendor in DBS:
+            db = Db(vendor, "wakes_bench")
+            db.recreate()
+            migrate(db)
+            say()
+            say(f"== {vendor} ==")
+            if "ceiling" in ONLY:
+                c = ceiling(db, CEILING_S)
+                results["ceiling"][vendor] = [c]
+                say(f"  ceiling (raw single-row UPDATE commits/s, one process): {c:,.0f}/s")
+            if "throughput" in ONLY:
+                for runners, lanes in ((1, 0), (2, 0), (1, LANES), (2, LANES)):
+                    note(f"{vendor}: {N} due wakes, {runners} runner(s), {lanes or 'no'} lanes")
+                    r = throughput(db, runners, lanes)
+                    results["throughput"].append(r)
+                    lanes_txt = f"{lanes} lanes" if lanes else "no lanes"
+                    check = "" if r["attempts"] == N and r["states"] == {"fired": N} else \
+                        f"  (!) states={r['states']} attempts={r['attempts']}"
+                    say(f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}: "
+                        f"{r['rate']:7,.0f} wakes/s  ({N:,} in {r['wall_s']:.1f}s from launch; "
+                        f"{r['span_rate']:,.0f}/s first claim→last settle){check}")
+            if "ceiling" in ONLY:
+                c = ceiling(db, CEILING_S)
+                results["ceiling"][vendor].append(c)
+                say(f"  ceiling again after the fire runs: {c:,.0f}/s")
+            if "claim" in ONLY:
+                cdb = Db(vendor, "wakes_bench_claim")
+                cdb.recreate()
+                migrate(cdb)
+                note(f"{vendor}: claim pass with {CLAIM_SMALL:,} then {CLAIM_LARGE:,} pending future rows")
+                cl = job(cdb, "claim", "--small", CLAIM_SMALL, "--large", CLAIM_LARGE, "--reps", CLAIM_REPS,
+                         log="claim")
+                if vendor == "postgres":  # the 1M-row database is big: drop it once measured
+                    pg_admin('DROP DATABASE IF EXISTS "wakes_bench_claim" WITH (FORCE)')
+                else:
+                    cdb.recreate()
+                cl["ratio"] = cl["at_large"]["claim_ms"] / cl["at_small"]["claim_ms"]
+                cl["run_due_ratio"] = cl["at_large"]["run_due_ms"] / cl["at_small"]["run_due_ms"]
+                results["claim"][vendor] = cl
+                say(f"  claim_batch over {cl['due_per_pass']} due rows: {cl['at_small']['claim_ms']:.2f} ms with "
+                    f"{CLAIM_SMALL:,} pending future rows, {cl['at_large']['claim_ms']:.2f} ms with "
+                    f"{CLAIM_LARGE:,}: ratio {cl['ratio']:.2f}")
+                say(f"  whole run_due pass:            {cl['at_small']['run_due_ms']:.2f} ms vs "
+                    f"{cl['at_large']['run_due_ms']:.2f} ms: ratio {cl['run_due_ratio']:.2f}")
+                say(f"  claim query plan with {CLAIM_LARGE:,} pending future rows:")
+                for line in cl["explain_large"].splitlines():
+                    say(f"    {line}")
+            if vendor == "postgres" and "latency" in ONLY:
+                results["latency"] = []
+                for listen in (True, False):
+                    note(f"latency, {'push (LISTEN/NOTIFY)' if listen else 'poll only (--no-listen)'}")
+                    lat = latency(db, listen)
+                    results["latency"].append(lat)
+                    label = "push (LISTEN/NOTIFY)" if listen else "poll only (--no-listen, 1s interval)"
+                    say(f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
+                        f"max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)")
+            if vendor == RSS_DB and "rss" in ONLY:
+                note(f"{vendor}: runner RSS over {RSS_N:,} fires (in-process Runner loop)")
+                rss = job(db, "rss", "--n", RSS_N, "--first", RSS_FIRST, log="rss")
+                rss["db"] = vendor
+                results["rss"] = rss
+                say(f"  runner RSS ({vendor}, in-process Runner): {rss['rss_first_kib'] / 1024:.1f} MiB after "
+                    f"{RSS_FIRST:,} fires, {rss['rss_last_kib'] / 1024:.1f} MiB after {RSS_N:,}: "
+                    f"ratio {rss['ratio']:.3f} ({rss['rate_after_first']:,.0f} fires/s in-process)")
+            db.close()
+        if "postgres" in DBS and "peers" in ONLY:
+            say()
+            say(f"== peers (PostgreSQL, {N:,} no-op jobs enqueued first, then one worker drains them) ==")
+            results["peers"] = []
+            note("django-tasks-db")
+            results["peers"].append(peer_tasks_db())
+            note("procrastinate")
+            results["peers"].extend(peer_procrastinate())
+            ours = _ours("postgres", 1, 0, results)
+            for p in results["peers"]:
+                ratio = ours / p["rate"] if ours else float("nan")
+                p["ratio"] = ratio
+                say(f"  {p['peer']:<34} {p['rate']:7,.0f} jobs/s ({N:,} in {p['wall_s']:.1f}s); "
+                    f"django-wakes (1 runner) / peer = {ratio:.2f}x")
+    finally:
+        stop(list(_live))
+    results["elapsed_s"] = time.perf_counter() - t_start
+    results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    summary(results)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2, default=str))
+    say(f"\n  results: {OUT}  (logs: {LOGS}); took {results['elapsed_s'] / 60:.1f} min; "
+        f"load {' '.join(results['machine']['loadavg_end'])} at the end")
+    return 0
+
+
+def _ours(vendor: str, runners: int, lanes: int, results: dict[str, Any]) -> float | None:
+    for r in results.get("throughput", []):
+        if r["db"] == vendor and r["runners"] == runners and r["lanes"] == lanes:
+            return r["rate"]
+    return None
+
+
+def summary(results: dict[str, Any]) -> None:
+    say()
+    say("== targets ==")
+    for vendor in DBS:
+        ceil = max(results["ceiling"].get(vendor) or [0]) or None
+        ours1 = _ours(vendor, 1, 0, results)
+        best = max((r["rate"] for r in results["throughput"] if r["db"] == vendor), default=None)
+        if ceil and ours1:
+            frac1, fracb = ours1 / ceil, (best or 0) / ceil
+            results.setdefault("fractions", {})[vendor] = {"one_runner": frac1, "best": fracb}
+            ok = frac1 >= TARGETS["ceiling_fraction"] if vendor == "postgres" else None
+            say(f"  {vendor}: fire throughput / ceiling ({ceil:,.0f}/s): 1 runner {frac1:.1%}, best config "
+                f"{fracb:.1%}  [target ≥ 40 % on PostgreSQL: {verdict(ok)}]")
+    for p in results.get("peers", []):
+        say(f"  django-wakes / {p['peer']}: {p['ratio']:.2f}x  [target ≥ 5x: {verdict(p['ratio'] >= 5)}]")
+    for lat in results.get("latency", []):
+        if lat["mode"] == "push":
+            say(f"  push latency p50 {lat['p50_ms']:.1f} ms [target < 10: {verdict(lat['p50_ms'] < 10)}], "
+                f"p99 {lat['p99_ms']:.1f} ms [target < 50: {verdict(lat['p99_ms'] < 50)}]")
+    for vendor, cl in results.get("claim", {}).items():
+        say(f"  {vendor}: claim ratio {cl['ratio']:.2f} [target < 1.5: {verdict(cl['ratio'] < 1.5)}]")
+    if "rss" in results:
+        r = results["rss"]
+        say(f"  RSS ratio {r['ratio']:.3f} ({r['db']}, {r['n']:,} vs {r['first']:,} fires) "
+            f"[target < 1.1: {verdict(r['ratio'] < 1.1)}]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

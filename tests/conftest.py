@@ -1,0 +1,99 @@
+"""Shared fixtures: an isolated sink registry, a fake clock and recording sinks.
+
+Every test gets a fresh copy of the sink registry (whatever it registers is forgotten afterwards)
+and a fresh unwakeable-wake log, so tests never see each other's sinks or warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from django_wakes import engine
+from django_wakes.sinks import registry
+from django_wakes.testing import FakeClock, fake_clock
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registry() -> Iterator[None]:
+    """Snapshot the sink registry and restore it after the test; clear the unwakeable log."""
+    saved = dict(registry._sinks)
+    engine.unwakeable_log.reset()
+    try:
+        yield
+    finally:
+        with registry._lock:
+            registry._sinks.clear()
+            registry._sinks.update(saved)
+        engine.unwakeable_log.reset()
+
+
+@pytest.fixture
+def clock() -> Iterator[FakeClock]:
+    """A fake clock standing at 2030-01-01T00:00:00Z that everything in the engine follows."""
+    with fake_clock(START) as fake:
+        yield fake
+
+
+class Calls(list):
+    """The ``(wake_id, result)`` pairs a recording sink was called with, plus the wakes themselves."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.wakes: list[Any] = []
+
+    @property
+    def ids(self) -> list[int]:
+        return [wake_id for wake_id, _ in self]
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return [result for _, result in self]
+
+
+Then = Callable[[Any, dict[str, Any]], Any] | BaseException | None
+
+
+@pytest.fixture
+def sinks() -> Callable[..., Calls]:
+    """Return ``register(kind, then=None) -> calls``.
+
+    ``register`` installs a sink for ``kind`` that appends ``(wake.pk, result)`` to the returned list
+    and then, if ``then`` is given, raises it (an exception instance) or returns ``then(wake, result)``
+    (a callable: its return value is what the sink returns, e.g. ``Retry`` or ``Defer``).
+    """
+
+    def register(kind: str, then: Then = None) -> Calls:
+        calls = Calls(kind)
+
+        def recording_sink(wake: Any, result: dict[str, Any]) -> Any:
+            calls.append((wake.pk, result))
+            calls.wakes.append(wake)
+            if isinstance(then, BaseException):
+                raise then
+            if then is not None:
+                return then(wake, result)
+            return None
+
+        registry.register(kind, recording_sink, replace=True)
+        return calls
+
+    return register
+
+
+@pytest.fixture
+def spawned(settings: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Point ``WAKES["SPAWN_TURN"]`` at a recorder and return its ``(session_id, result)`` calls."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
+        calls.append((session_id, result))
+
+    settings.WAKES = {**settings.WAKES, "SPAWN_TURN": spawn_turn}
+    return calls

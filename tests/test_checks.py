@@ -1,0 +1,82 @@
+"""System checks: misconfiguration is reported at start-up instead of as wakes that never fire."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+
+from django_wakes.checks import check_wakes_settings
+
+
+def ids(messages):
+    return sorted(m.id for m in messages)
+
+
+def test_testproject_settings_are_clean():
+    assert check_wakes_settings() == []
+
+
+def test_missing_authorize_warns(settings):
+    settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.W001"]
+    (warning,) = messages
+    assert warning.level == checks.WARNING
+    assert "AUTHORIZE" in warning.msg and "cannot be resolved" in warning.msg
+
+
+def test_missing_spawn_turn_warns(settings):
+    settings.WAKES = {k: v for k, v in settings.WAKES.items() if k != "SPAWN_TURN"}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.W002"]
+    assert "SPAWN_TURN" in messages[0].msg
+    assert messages[0].level == checks.WARNING
+
+
+def test_no_wakes_setting_at_all_warns_twice(settings):
+    del settings.WAKES
+    assert ids(check_wakes_settings()) == ["django_wakes.W001", "django_wakes.W002"]
+
+
+def test_unknown_setting_name_warns(settings):
+    settings.WAKES = {**settings.WAKES, "LEASES": "5m"}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.W003"]
+    assert "LEASES" in messages[0].msg
+
+
+@pytest.mark.parametrize("name", ["LEASE", "ONCE_WAIT", "ONCE_LEASE"])
+def test_bad_duration_setting_is_an_error(settings, name):
+    settings.WAKES = {**settings.WAKES, name: "five minutes"}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.E001"]
+    assert messages[0].level == checks.ERROR
+
+
+@pytest.mark.parametrize("name", ["LEASE", "ONCE_LEASE"])
+def test_a_zero_lease_is_an_error(settings, name):
+    """A zero lease would make every claim raise at run time; the check must say so at start-up."""
+    settings.WAKES = {**settings.WAKES, name: "0s"}
+    assert ids(check_wakes_settings()) == ["django_wakes.E001"]
+
+
+@pytest.mark.parametrize("name", ["SPAWN_TURN", "AUTHORIZE"])
+def test_unimportable_hook_is_an_error(settings, name):
+    settings.WAKES = {**settings.WAKES, name: "testproject.nowhere.hook"}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.E002"]
+    assert name in messages[0].msg
+
+
+def test_callable_hooks_are_accepted(settings):
+    settings.WAKES = {**settings.WAKES, "SPAWN_TURN": lambda s, r: None, "AUTHORIZE": lambda a, w: False}
+    assert check_wakes_settings() == []
+
+
+def test_checks_are_registered_with_django(settings, capsys):
+    settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
+    messages = checks.run_checks()
+    assert "django_wakes.W001" in ids(messages)
+    call_command("check")  # warnings do not fail the check command
+    assert "django_wakes.W001" in capsys.readouterr().err

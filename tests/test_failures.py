@@ -1,0 +1,520 @@
+"""Failures, retries, backoff, the dead letter, Retry/Defer, unregistered kinds, leases and fencing.
+
+Leases are exercised with the fake clock in one process: runner "A" claims and stalls (we simply do
+not call ``fire``), the clock passes the lease, runner "B" re-drives the wake. Real process kills are
+covered by the multiprocess tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import pytest
+
+from django_wakes import engine
+from django_wakes.models import Outcome, State, Wake, WakeAttempt
+from django_wakes.sinks import Defer, Retry, registry
+
+pytestmark = pytest.mark.django_db
+
+KIND = "test.failures"
+WS = "ws-failures"
+TICK = timedelta(microseconds=1)
+
+
+def row(wake):
+    return Wake.objects.get(pk=wake.pk)
+
+
+def attempts_of(wake):
+    return list(WakeAttempt.objects.filter(wake_id=wake.pk).order_by("number", "id"))
+
+
+@pytest.fixture
+def backoff(settings):
+    settings.WAKES = {**settings.WAKES, "BACKOFF": {"BASE": "10s", "FACTOR": 3, "MAX": "5m"}}
+    return [timedelta(seconds=s) for s in (10, 30, 90, 270, 300, 300)]
+
+
+# --------------------------------------------------------------------------------------------------
+# A raising sink: attempts, backoff, dead letter
+# --------------------------------------------------------------------------------------------------
+
+
+def test_raising_sink_records_the_attempt_and_error_and_retries_later(clock, sinks, backoff):
+    calls = sinks(KIND, then=ValueError("upstream said 503"))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = engine.run_due(runner_id="r1")
+    assert report.failed == 1 and report.fired == 0
+    assert report.outcomes == {wake.pk: Outcome.FAILED}
+    failed = row(wake)
+    assert failed.state == State.PENDING
+    assert failed.attempts == 1
+    assert "ValueError: upstream said 503" in failed.last_error
+    assert failed.due_at == clock.now() + backoff[0]
+    assert failed.lease_until is None and failed.lane_lock is None and failed.claim_token is None
+    (attempt,) = attempts_of(wake)
+    assert attempt.number == 1
+    assert attempt.outcome == Outcome.FAILED
+    assert attempt.runner_id == "r1"
+    assert "upstream said 503" in attempt.error
+    assert attempt.started_at == attempt.finished_at == clock.now()
+    assert len(calls) == 1
+
+
+def test_exponential_backoff_then_dead_with_the_last_error(clock, sinks, backoff):
+    failures = iter(range(1, 100))
+
+    def fail(wake, result):
+        raise RuntimeError(f"failure #{next(failures)}")
+
+    calls = sinks(KIND, then=fail)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=6)
+    for number in range(1, 6):
+        report = engine.run_due()
+        assert report.failed == 1, number
+        current = row(wake)
+        assert current.state == State.PENDING
+        assert current.attempts == number
+        delay = backoff[number - 1]
+        assert current.due_at == clock.now() + delay
+        # never early: one tick before the backoff ends nothing runs
+        clock.advance(delay - TICK)
+        assert engine.run_due().claimed == 0
+        clock.advance(TICK)
+    report = engine.run_due()
+    assert report.dead == 1 and report.failed == 1
+    assert report.outcomes == {wake.pk: "dead"}
+    dead = row(wake)
+    assert dead.state == State.DEAD
+    assert dead.attempts == 6
+    assert "RuntimeError: failure #6" in dead.last_error
+    assert dead.lease_until is None and dead.claim_token is None
+    assert [a.outcome for a in attempts_of(wake)] == [Outcome.FAILED] * 6
+    assert [a.number for a in attempts_of(wake)] == [1, 2, 3, 4, 5, 6]
+    clock.advance("1d")
+    assert engine.run_due().claimed == 0
+    assert len(calls) == 6
+
+
+def test_max_attempts_one_goes_dead_on_the_first_failure(clock, sinks):
+    sinks(KIND, then=KeyError("missing"))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
+    engine.run_due()
+    assert row(wake).state == State.DEAD
+    assert "KeyError" in row(wake).last_error
+
+
+def test_one_failing_wake_does_not_stop_the_rest_of_the_pass(clock, sinks):
+    good = sinks(KIND)
+    sinks("test.failures.broken", then=ZeroDivisionError("nope"))
+    now = clock.now()
+    first = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=3))
+    broken = engine.schedule(workspace_id=WS, kind="test.failures.broken", at=now - timedelta(seconds=2))
+    last = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
+    report = engine.run_due()
+    assert report.claimed == 3
+    assert report.fired == 2 and report.failed == 1
+    assert good.ids == [first.pk, last.pk]
+    assert row(broken).state == State.PENDING
+    assert row(first).state == row(last).state == State.FIRED
+
+
+def test_a_failure_after_success_clears_nothing_and_success_clears_last_error(clock, sinks, backoff):
+    fail_first = []
+
+    def flaky(wake, result):
+        if not fail_first:
+            fail_first.append(1)
+            raise RuntimeError("transient")
+
+    sinks(KIND, then=flaky)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    engine.run_due()
+    assert "transient" in row(wake).last_error
+    clock.advance(backoff[0])
+    assert engine.run_due().fired == 1
+    fired = row(wake)
+    assert fired.state == State.FIRED and fired.last_error == "" and fired.attempts == 2
+    assert [a.outcome for a in attempts_of(wake)] == [Outcome.FAILED, Outcome.FIRED]
+
+
+def test_retried_fire_delivers_the_same_persisted_result(clock, sinks, backoff):
+    calls = sinks(KIND, then=RuntimeError("x"))
+    engine.watch(workspace_id=WS, kind=KIND, event_key="e")
+    engine.deliver_event(workspace_id=WS, event_key="e", payload={"n": 1})
+    engine.run_due()
+    clock.advance(backoff[0])
+    engine.run_due()
+    assert calls.results == [{"trigger": "on_event", "event_key": "e", "payload": {"n": 1}}] * 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Retry(at=, reason=) and Defer(until=)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_retry_at_counts_an_attempt_and_refires_at_that_time(clock, sinks):
+    retry_at = clock.now() + timedelta(minutes=7)
+    answers = iter([Retry(at=retry_at, reason="rate limited"), None])
+    calls = sinks(KIND, then=lambda wake, result: next(answers))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = engine.run_due()
+    assert report.failed == 1
+    assert report.outcomes == {wake.pk: Outcome.RETRY}
+    retrying = row(wake)
+    assert retrying.state == State.PENDING
+    assert retrying.attempts == 1
+    assert retrying.due_at == retry_at
+    assert retrying.last_error == "rate limited"
+    clock.set(retry_at - TICK)
+    assert engine.run_due().claimed == 0
+    clock.set(retry_at)
+    assert engine.run_due().fired == 1
+    assert len(calls) == 2
+    assert [a.outcome for a in attempts_of(wake)] == [Outcome.RETRY, Outcome.FIRED]
+    assert attempts_of(wake)[0].error == "rate limited"
+
+
+def test_retry_without_at_uses_backoff(clock, sinks, backoff):
+    sinks(KIND, then=lambda wake, result: Retry(reason="later"))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    engine.run_due()
+    assert row(wake).due_at == clock.now() + backoff[0]
+
+
+def test_retry_accepts_epoch_ms(clock, sinks):
+    target = clock.now() + timedelta(minutes=1)
+    sinks(KIND, then=lambda wake, result: Retry(at=int(target.timestamp() * 1000)))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    engine.run_due()
+    assert row(wake).due_at == target
+
+
+def test_retry_still_respects_max_attempts(clock, sinks):
+    sinks(KIND, then=lambda wake, result: Retry(at=clock.now(), reason="again"))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=3)
+    for _ in range(5):
+        engine.run_due()
+    dead = row(wake)
+    assert dead.state == State.DEAD and dead.attempts == 3 and dead.last_error == "again"
+
+
+def test_defer_is_not_an_attempt(clock, sinks):
+    answers = iter([Defer(until="5m"), Defer(until=timedelta(minutes=5)), None])
+    calls = sinks(KIND, then=lambda wake, result: next(answers))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
+    report = engine.run_due()
+    assert report.deferred == 1 and report.failed == 0 and report.fired == 0
+    deferred = row(wake)
+    assert deferred.state == State.PENDING
+    assert deferred.attempts == 0
+    assert deferred.due_at == clock.now() + timedelta(minutes=5)
+    assert deferred.last_error == ""
+    clock.advance(timedelta(minutes=5) - TICK)
+    assert engine.run_due().claimed == 0
+    clock.advance(TICK)
+    assert engine.run_due().deferred == 1
+    assert row(wake).attempts == 0
+    clock.advance("5m")
+    # max_attempts=1 and two defers behind it: defers did not use up the single attempt
+    assert engine.run_due().fired == 1
+    fired = row(wake)
+    assert fired.state == State.FIRED and fired.attempts == 1
+    assert len(calls) == 3
+    assert [a.outcome for a in attempts_of(wake)] == [Outcome.DEFERRED, Outcome.DEFERRED, Outcome.FIRED]
+
+
+def test_defer_until_an_aware_datetime(clock, sinks):
+    until = clock.now() + timedelta(hours=2)
+    sinks(KIND, then=lambda wake, result: Defer(until=until))
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    engine.run_due()
+    assert row(wake).due_at == until
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Retry(at=datetime(2030, 1, 1, 12, 0)),  # naive
+        Retry(at=float("nan")),
+        Defer(until="whenever"),
+        Defer(until=datetime(2030, 1, 1, 12, 0)),
+        Defer(until=None),
+        Defer(until="999999999d"),  # beyond the calendar
+    ],
+    ids=["retry-naive", "retry-nan", "defer-unparseable", "defer-naive", "defer-none", "defer-overflow"],
+)
+def test_a_malformed_outcome_is_a_failed_attempt_and_the_pass_goes_on(clock, sinks, backoff, bad):
+    sinks("test.failures.malformed", then=lambda wake, result: bad)
+    good = sinks(KIND)
+    now = clock.now()
+    broken = engine.schedule(workspace_id=WS, kind="test.failures.malformed", at=now - timedelta(seconds=2))
+    fine = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
+    report = engine.run_due()
+    assert report.claimed == 2 and report.fired == 1 and report.failed == 1
+    assert good.ids == [fine.pk]
+    failed = row(broken)
+    assert failed.state == State.PENDING
+    assert failed.attempts == 1
+    assert failed.lease_until is None and failed.claim_token is None
+    assert failed.due_at == clock.now() + backoff[0]
+    assert type(bad).__name__ in failed.last_error
+    (attempt,) = attempts_of(broken)
+    assert attempt.outcome == Outcome.FAILED
+
+
+def test_defer_frees_the_lane(clock, sinks):
+    answers = iter([Defer(until="1h"), None, None])
+    calls = sinks(KIND, then=lambda wake, result: next(answers))
+    first = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    second = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="1s")
+    engine.run_due()
+    assert row(first).lane_lock is None
+    clock.advance("1s")
+    engine.run_due()
+    assert calls.ids == [first.pk, second.pk]
+
+
+# --------------------------------------------------------------------------------------------------
+# Unregistered kind at fire time
+# --------------------------------------------------------------------------------------------------
+
+
+def _messages(caplog, wake, level):
+    return [
+        r for r in caplog.records
+        if r.name == "django_wakes" and r.levelno == level and f"wake {wake.pk} " in r.getMessage()
+    ]
+
+
+def test_unregistered_kind_stays_due_untouched_and_logs_warning_once_then_debug(clock, sinks, caplog):
+    caplog.set_level(logging.DEBUG, logger="django_wakes")
+    side_effects = sinks("test.failures.later")
+    wake = engine.schedule(workspace_id=WS, kind="test.failures.later", delay="1m", intent={"x": 1})
+    registry.unregister("test.failures.later")
+    sinks(KIND)  # some other kind is still fireable, so the runner is running passes
+    clock.advance("1m")
+
+    report = engine.run_due()
+    assert report.claimed == 0 and report.fired == 0 and report.failed == 0
+    waiting = row(wake)
+    assert waiting.state == State.PENDING
+    assert waiting.attempts == 0
+    assert waiting.result is None
+    assert waiting.due_at == clock.now()
+    assert attempts_of(wake) == []
+    assert side_effects == []
+    warnings = _messages(caplog, wake, logging.WARNING)
+    assert len(warnings) == 1
+    assert "test.failures.later" in warnings[0].getMessage()
+
+    caplog.clear()
+    for _ in range(3):
+        clock.advance("1s")
+        assert engine.run_due().claimed == 0
+        assert engine.claim_batch(runner_id="spin") == []
+    assert _messages(caplog, wake, logging.WARNING) == []
+    assert len(_messages(caplog, wake, logging.DEBUG)) == 3
+    assert row(wake).attempts == 0 and row(wake).state == State.PENDING
+
+    # registering the sink makes the next pass fire it
+    late = sinks("test.failures.later")
+    report = engine.run_due()
+    assert report.fired == 1
+    assert late.ids == [wake.pk]
+    assert late.results == [{"trigger": "at"}]
+    fired = row(wake)
+    assert fired.state == State.FIRED and fired.attempts == 1
+
+
+def test_unregistered_kind_is_logged_even_when_no_kind_is_registered(clock, sinks, caplog, settings):
+    caplog.set_level(logging.DEBUG, logger="django_wakes")
+    settings.WAKES = {**settings.WAKES, "SPAWN_TURN": None}
+    sinks("test.failures.lonely")
+    wake = engine.schedule(workspace_id=WS, kind="test.failures.lonely", delay="0s")
+    registry.reset()
+    assert engine.run_due().claimed == 0
+    assert len(_messages(caplog, wake, logging.WARNING)) == 1
+    assert row(wake).state == State.PENDING
+
+
+def test_unregistered_kind_does_not_block_other_wakes(clock, sinks):
+    sinks("test.failures.gone")
+    for _ in range(5):
+        engine.schedule(workspace_id=WS, kind="test.failures.gone", delay="0s")
+    registry.unregister("test.failures.gone")
+    calls = sinks(KIND)
+    clock.advance("1s")
+    ok = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = engine.run_due(limit=2)
+    assert report.fired == 1
+    assert calls.ids == [ok.pk]
+
+
+def test_sink_unregistered_between_claim_and_fire_puts_the_wake_back_uncounted(clock, sinks):
+    sinks("test.failures.flaky")
+    wake = engine.schedule(workspace_id=WS, kind="test.failures.flaky", delay="0s")
+    (claim,) = engine.claim_batch(runner_id="A")
+    assert row(wake).attempts == 1
+    registry.unregister("test.failures.flaky")
+    outcome = engine.fire(claim)
+    assert outcome.outcome == "unwakeable"
+    back = row(wake)
+    assert back.state == State.PENDING
+    assert back.attempts == 0
+    assert back.lane_lock is None and back.lease_until is None and back.claim_token is None
+    assert attempts_of(wake) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Leases and fencing
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lease(settings):
+    settings.WAKES = {**settings.WAKES, "LEASE": "30s"}
+    return timedelta(seconds=30)
+
+
+def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is_fenced(clock, sinks, lease):
+    calls = sinks(KIND)
+    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", serial_key="L")
+    engine.deliver_event(workspace_id=WS, event_key="e", payload={"persisted": True})
+    expected = {"trigger": "on_event", "event_key": "e", "payload": {"persisted": True}}
+
+    (claim_a,) = engine.claim_batch(runner_id="A")
+    assert claim_a.wake.pk == wake.pk
+    assert row(wake).lease_until == clock.now() + lease
+
+    clock.advance(lease - TICK)
+    assert engine.run_due(runner_id="B").claimed == 0  # the lease still holds
+    clock.advance(TICK)
+    report = engine.run_due(runner_id="B")
+    assert report.claimed == 1 and report.fired == 1
+    assert calls.results == [expected]
+    settled = row(wake)
+    assert settled.state == State.FIRED
+    assert settled.claimed_by == "B"
+    assert settled.attempts == 2
+    assert settled.lane_lock is None
+    history = attempts_of(wake)
+    assert [(a.number, a.runner_id, a.outcome) for a in history] == [
+        (1, "A", Outcome.INTERRUPTED),
+        (2, "B", Outcome.FIRED),
+    ]
+    assert "lease lapsed" in history[0].error
+
+    # runner A wakes up from its stall and finishes: its outcome must not overwrite B's
+    fired_at = settled.fired_at
+    late = engine.fire(claim_a)
+    assert late.settled is False
+    assert late.outcome == "fenced"
+    after = row(wake)
+    assert after.state == State.FIRED
+    assert after.claimed_by == "B"
+    assert after.fired_at == fired_at
+    assert after.attempts == 2
+    assert len(attempts_of(wake)) == 2
+    assert calls.results == [expected, expected]  # A's sink ran (at-least-once), its settle did not
+
+
+def test_late_finisher_that_failed_cannot_reschedule_a_taken_over_wake(clock, sinks, lease):
+    calls = sinks(KIND)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    (claim_a,) = engine.claim_batch(runner_id="A")
+    clock.advance(lease)
+    (claim_b,) = engine.claim_batch(runner_id="B")
+    assert claim_b.takeover and claim_b.wake.pk == wake.pk
+    assert claim_b.result == {"trigger": "at"}
+    # A's late failure and late Defer are both fenced while B holds the lease
+    registry.register(KIND, lambda w, r: (_ for _ in ()).throw(RuntimeError("late")), replace=True)
+    assert engine.fire(claim_a).settled is False
+    registry.register(KIND, lambda w, r: Defer(until="1h"), replace=True)
+    assert engine.fire(claim_a).settled is False
+    held = row(wake)
+    assert held.state == State.FIRING and held.claimed_by == "B" and held.last_error == ""
+    calls = sinks(KIND)
+    assert engine.fire(claim_b).settled is True
+    assert row(wake).state == State.FIRED
+    assert calls.ids == [wake.pk]
+
+
+def test_recover_redrives_every_lapsed_lease(clock, sinks, lease):
+    calls = sinks(KIND)
+    wakes = [engine.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3)]
+    assert len(engine.claim_batch(runner_id="crashed")) == 3
+    assert engine.recover(runner_id="boot") == 0  # leases still live
+    clock.advance(lease)
+    assert engine.recover(runner_id="boot") == 3
+    assert sorted(calls.ids) == sorted(w.pk for w in wakes)
+    for wake in wakes:
+        assert row(wake).state == State.FIRED
+        assert [a.outcome for a in attempts_of(wake)] == [Outcome.INTERRUPTED, Outcome.FIRED]
+
+
+def test_a_wake_interrupted_max_attempts_times_goes_dead(clock, sinks, lease):
+    calls = sinks(KIND)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=2)
+    engine.claim_batch(runner_id="A")  # attempt 1, stalls
+    clock.advance(lease)
+    (claim_b,) = engine.claim_batch(runner_id="B")  # attempt 2, stalls too
+    assert claim_b.wake.attempts == 2
+    clock.advance(lease)
+    assert engine.claim_batch(runner_id="C") == []
+    dead = row(wake)
+    assert dead.state == State.DEAD
+    assert "interrupted" in dead.last_error
+    assert dead.lane_lock is None and dead.lease_until is None
+    assert [a.outcome for a in attempts_of(wake)] == [Outcome.INTERRUPTED, Outcome.INTERRUPTED]
+    assert calls == []
+
+
+def test_a_lapsed_lane_holder_keeps_its_lane_until_redriven(clock, sinks, lease):
+    calls = sinks(KIND)
+    first = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    second = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    engine.claim_batch(runner_id="A")
+    clock.advance(lease)
+    engine.run_due(runner_id="B")
+    engine.run_due(runner_id="B")
+    assert calls.ids == [first.pk, second.pk]
+
+
+def test_a_takeover_of_an_expiry_delivers_the_expiry(clock, sinks, lease):
+    calls = sinks(KIND)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="1m")
+    clock.advance("1m")
+    (claim_a,) = engine.claim_batch(runner_id="A")
+    assert claim_a.expired
+    clock.advance(lease)
+    report = engine.run_due(runner_id="B")
+    assert report.expired == 1
+    assert calls.results == [{"trigger": "at", "expired": True}]
+    assert row(wake).state == State.EXPIRED
+
+
+def test_a_sink_outliving_its_lease_is_fenced_in_the_run_report(clock, sinks, lease):
+    """The lease lapses while the sink runs and runner B takes the wake over: A's pass reports it fenced."""
+    taken_over = []
+
+    def slow(wake, result):
+        if not taken_over:
+            clock.advance(lease)  # the sink stalls past its lease...
+            taken_over.extend(engine.claim_batch(runner_id="B"))  # ...and another runner re-drives it
+
+    calls = sinks(KIND, then=slow)
+    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = engine.run_due(runner_id="A")
+    assert report.claimed == 1
+    assert report.fenced == 1 and report.fired == 0 and report.failed == 0
+    assert report.outcomes == {wake.pk: "fenced"}
+    assert [c.wake.pk for c in taken_over] == [wake.pk]
+    held = row(wake)
+    assert held.state == State.FIRING and held.claimed_by == "B"
+    assert engine.fire(taken_over[0]).settled is True
+    assert row(wake).state == State.FIRED
+    assert [(a.runner_id, a.outcome) for a in attempts_of(wake)] == [("A", Outcome.INTERRUPTED), ("B", Outcome.FIRED)]
+    assert len(calls) == 2
