@@ -6,9 +6,7 @@ The public API is importable from the package root without importing models at i
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
@@ -26,7 +24,7 @@ _EXPORTS = {
     "gc": "engine",
     "ApprovalRequest": "engine",
     "RunReport": "engine",
-    "once": "once",
+    "once": "receipts",
     "sink": "sinks",
     "registry": "sinks",
     "Retry": "sinks",
@@ -69,23 +67,8 @@ if TYPE_CHECKING:  # pragma: no cover
         watch,
     )
     from .exceptions import *  # noqa: F403
-    from .once import once  # noqa: F401
+    from .receipts import once  # noqa: F401
     from .sinks import Defer, Retry, Stop, registry, sink  # noqa: F401
-
-
-class _Package(ModuleType):
-    """Keep ``django_wakes.once`` the public function after the ``django_wakes.once`` submodule loads.
-
-    Importing a submodule sets it as an attribute of its package, which would shadow ``once()``.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "once" and isinstance(value, ModuleType):
-            value = value.once
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

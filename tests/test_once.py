@@ -14,19 +14,18 @@ import django_wakes
 from django_wakes.exceptions import (
     InvalidIntent,
     InvalidWake,
-    OnceError,
     OnceInProgress,
     OnceInterrupted,
     WakeError,
 )
 from django_wakes.models import Receipt, ReceiptState
-from django_wakes.once import once
+from django_wakes.receipts import once
 
 from .factories import ReceiptFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-once_module = importlib.import_module("django_wakes.once")
+once_module = importlib.import_module("django_wakes.receipts")
 
 
 class Effect:
@@ -193,11 +192,11 @@ def test_non_json_result_is_refused_but_the_effect_is_not_run_again():
     with pytest.raises(InvalidIntent):
         once("s", "k", effect)
     assert effect.calls == 1
-    # fn did run: the receipt must not be released, or a later call would repeat the effect
+    # fn did run: the receipt is kept as done (without a result), so a later call never repeats it
     again = Effect("again")
-    with pytest.raises(OnceError):
-        once("s", "k", again, wait=0)
+    assert once("s", "k", again, wait=0) is None
     assert again.calls == 0
+    assert Receipt.objects.get(session_id="s", key="k").state == "done"
 
 
 def test_heartbeat_extends_the_lease_while_fn_runs(settings):
@@ -216,8 +215,8 @@ def test_heartbeat_extends_the_lease_while_fn_runs(settings):
 
 
 def test_public_once_is_the_function_even_after_its_module_is_imported():
-    """``django_wakes.once`` names both a submodule and the API; the API must win."""
-    assert once_module.__name__ == "django_wakes.once"
+    """``django_wakes.once`` is the API function, also after its module has been imported."""
+    assert once_module.__name__ == "django_wakes.receipts"
     assert django_wakes.once is once
     from django_wakes import once as public
 

@@ -1,4 +1,4 @@
-"""``once(session_id, key, fn)``: make an irreversible effect happen at most once across re-runs."""
+"""The ``once()`` receipt ledger: make an irreversible effect happen at most once across re-runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db import IntegrityError, close_old_connections, connections, router
 
 from . import clock
 from .conf import wakes_settings
-from .exceptions import InvalidWake, OnceInProgress, OnceInterrupted
+from .exceptions import InvalidIntent, InvalidWake, OnceInProgress, OnceInterrupted
 from .models import KEY_LENGTH, Receipt, ReceiptState
 from .validation import json_value
 
@@ -119,7 +119,14 @@ def _run(receipt: Receipt, fn: Callable[[], Any], using: str) -> Any:
     except BaseException:
         Receipt.objects.using(using).filter(pk=receipt.pk, owner=receipt.owner).delete()
         raise
-    stored = json_value(value, name="once() result")
+    try:
+        stored = json_value(value, name="once() result")
+    except InvalidIntent:
+        # The effect happened: record it as done (with no result) so it never runs again, then say why.
+        Receipt.objects.using(using).filter(pk=receipt.pk, owner=receipt.owner).update(
+            state=ReceiptState.DONE, result=None, completed_at=clock.now()
+        )
+        raise
     Receipt.objects.using(using).filter(pk=receipt.pk, owner=receipt.owner).update(
         state=ReceiptState.DONE, result=stored, completed_at=clock.now()
     )
