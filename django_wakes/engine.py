@@ -392,6 +392,8 @@ def cancel(wake_id: int) -> bool:
     A firing occurrence of a recurring chain cannot be stopped mid-fire, but cancelling it ends the
     chain: no further occurrence is scheduled when it settles (and ``True`` is returned).
     """
+    if isinstance(wake_id, bool) or not isinstance(wake_id, int):
+        raise InvalidWake(f"cancel() takes a wake id (an int), got {type(wake_id).__name__}")
     now = clock.now()
     using = db_alias()
     cancelled = (

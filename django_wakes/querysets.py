@@ -68,8 +68,9 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         )
 
     def unwakeable(self, now: datetime, kinds: Iterable[str]) -> WakeQuerySet:
-        """Due wakes no registered sink can fire."""
-        return self.due(now).exclude(kind__in=list(kinds))
+        """Due wakes, and lapsed firing ones, that no registered sink can fire."""
+        waiting = Q(state=PENDING, due_at__lte=now) | Q(state=FIRING, lease_until__lte=now)
+        return self.filter(waiting).exclude(kind__in=list(kinds))
 
     def terminal_before(self, cutoff: datetime) -> WakeQuerySet:
         return self.filter(state__in=TERMINAL, updated_at__lt=cutoff)

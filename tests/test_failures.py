@@ -340,6 +340,27 @@ def test_unregistered_kind_is_logged_even_when_no_kind_is_registered(clock, sink
     assert row(wake).state == State.PENDING
 
 
+def test_lapsed_firing_wake_of_an_unregistered_kind_is_left_alone_and_logged(clock, sinks, caplog):
+    caplog.set_level(logging.DEBUG, logger="django_wakes")
+    sinks("test.failures.vanished")
+    sinks(KIND)
+    wake = engine.schedule(workspace_id=WS, kind="test.failures.vanished", delay="0s")
+    (claim,) = engine.claim_batch(runner_id="crashed")
+    registry.unregister("test.failures.vanished")  # the runner died, and the new deploy lacks the sink
+    clock.advance("1h")  # far past the lease
+
+    assert engine.run_due().claimed == 0
+    left = row(wake)
+    assert left.state == State.FIRING and left.claim_token == claim.token and left.attempts == 1
+    assert attempts_of(wake) == []
+    assert len(_messages(caplog, wake, logging.WARNING)) == 1
+
+
+def test_cancel_refuses_a_non_integer_id():
+    with pytest.raises(engine.InvalidWake):
+        engine.cancel("abc")
+
+
 def test_unregistered_kind_does_not_block_other_wakes(clock, sinks):
     sinks("test.failures.gone")
     for _ in range(5):
