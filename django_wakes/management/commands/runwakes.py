@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,8 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from exc
     if not number > 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
+    if not number <= threading.TIMEOUT_MAX:  # also refuses inf: a sleep that long cannot be waited on
+        raise argparse.ArgumentTypeError(f"must be at most {threading.TIMEOUT_MAX:.0f} seconds")
     return number
 
 
