@@ -896,17 +896,30 @@ def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: li
     return report
 
 
-def recover(*, runner_id: str | None = None) -> int:
-    """Re-drive every wake whose lease lapsed (boot-time recovery); return how many were re-driven."""
+def recover(*, runner_id: str | None = None, lease: timedelta | None = None) -> int:
+    """Re-drive every wake whose lease lapsed (boot-time recovery); return how many were re-driven.
+
+    A takeover that loses a deadlock to a racing runner is simply tried again (a few times): the
+    rows it wanted are either still lapsed, or that runner took them over.
+    """
     runner_id = runner_id or default_runner_id()
     kinds = registry.kinds()
     if not kinds:
         return 0
     using = db_alias()
     total = 0
+    rolled_back = 0
     while True:
-        with transaction.atomic(using=using):
-            claims = _lapsed_takeovers(using, clock.now(), kinds, wakes_settings.batch, runner_id)
+        try:
+            with transaction.atomic(using=using):
+                claims = _lapsed_takeovers(using, clock.now(), kinds, wakes_settings.batch, runner_id, lease)
+        except OperationalError as exc:
+            rolled_back += 1
+            if rolled_back >= SETTLE_TRIES:
+                raise
+            logger.info("recovery pass rolled back (%s); retrying", exc)
+            time.sleep(random.uniform(0, 0.02 * 2**rolled_back))
+            continue
         for claim in claims:
             fire(claim)
         total += len(claims)
