@@ -57,6 +57,9 @@ class Runner:
         self.shutdown_timeout = shutdown_timeout
         self.runner_id = runner_id or engine.default_runner_id()
         self.stopping = threading.Event()
+        # Set only when run() is done with the wakes in hand: the heartbeat outlives stop(), so a
+        # wake finishing during a graceful shutdown keeps its lease and is not re-driven elsewhere.
+        self._finished = threading.Event()
         self._wakeup = threading.Event()
         self._in_hand: dict[int, Claim] = {}
         self._in_hand_lock = threading.Lock()
@@ -193,6 +196,7 @@ class Runner:
             if listener is not None:
                 listener.stop()
             self.stopping.set()
+            self._finished.set()
             self._wakeup.set()
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
@@ -261,7 +265,7 @@ class Runner:
 
     def _heartbeat_loop(self) -> None:
         try:
-            while not self.stopping.wait(self.heartbeat_period):
+            while not self._finished.wait(self.heartbeat_period):
                 try:
                     self.heartbeat()
                 except Exception:  # the next beat tries again; a lapsed lease is the worst case

@@ -364,6 +364,27 @@ def test_heartbeat_renews_the_lease_of_a_slow_wake_in_hand(loop):
     assert [a.outcome for a in WakeAttempt.objects.filter(wake=wake)] == [Outcome.FIRED]
 
 
+def test_heartbeat_keeps_renewing_while_stop_drains_the_wake_in_hand(loop):
+    """After stop() the runner finishes the wake in hand; until it has, its lease must not lapse
+    (another runner would re-drive it and this one's settle would be fenced off)."""
+    entered, release, _ = blocking_sink("t.drain")
+    wake = due_now("t.drain")
+    runner = Runner(interval=BACKSTOP, lease=timedelta(seconds=1))
+    looping = loop(runner, release=release)
+    assert entered.wait(WAIT)
+    runner.stop()
+    at_stop = Wake.objects.get(pk=wake.pk)
+
+    wait_for(lambda: Wake.objects.get(pk=wake.pk).lease_until > at_stop.lease_until + timedelta(seconds=2),
+             what="the heartbeat to keep renewing the lease while the stopping runner drains")
+    assert looping.thread.is_alive(), "run() is still finishing the wake in hand"
+
+    release.set()
+    looping.join()
+    final = Wake.objects.get(pk=wake.pk)
+    assert (final.state, final.attempts) == (State.FIRED, 1)
+
+
 def test_a_wake_recovered_at_boot_is_kept_alive_by_the_heartbeat(settings, loop):
     """A lapsed lease re-driven when the runner starts must be renewed like any other wake in hand.
 

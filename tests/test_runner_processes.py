@@ -351,12 +351,35 @@ def test_a_slow_sink_is_not_redriven_while_its_runner_renews_the_lease(procs: Pr
              what="runner B to register")
     assert not procs.phase("end", id=slow.pk), "runner B came up too late to test anything; slow machine?"
 
-    wait_for(lambda: fired(slow) or procs.alive(runner_a, runner_b), timeout=60, what="the slow wake to settle")
+    wait_for(lambda: fired(slow) or len(procs.phase("start", id=slow.pk)) > 1 or procs.alive(runner_a, runner_b),
+             timeout=60, what="the slow wake to settle")
     assert procs.stop(runner_a) == 0 and procs.stop(runner_b) == 0
 
     assert [(r["pid"], r["attempt"]) for r in procs.phase("start", id=slow.pk)] == [(runner_a.pid, 1)]
     slow.refresh_from_db()
     assert slow.attempts == 1, "the wake was taken over although its runner was alive and renewing"
+    attempts = list(WakeAttempt.objects.filter(wake=slow))
+    assert [(a.number, a.outcome, pid_of(a.runner_id)) for a in attempts] == [(1, Outcome.FIRED, runner_a.pid)]
+
+
+@needs_server
+def test_a_wake_finishing_after_sigterm_keeps_its_lease_and_is_not_redriven(procs: Procs):
+    """Graceful shutdown with a short lease and a second runner: the draining runner still renews."""
+    slow = probe(sleep=5)
+    runner_a = procs.runner("runner-a", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
+    wait_for(lambda: procs.phase("start", id=slow.pk) or procs.alive(runner_a), timeout=60,
+             what="runner A to enter the 5 s sink")
+    runner_b = procs.runner("runner-b", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
+    wait_for(lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b), timeout=30,
+             what="runner B to register")
+    runner_a.send_signal(signal.SIGTERM)
+    assert not procs.phase("end", id=slow.pk), "the sink ended before the signal; slow machine?"
+
+    assert runner_a.wait(timeout=60) == 0, procs.log(runner_a)
+    wait_for(lambda: fired(slow) or procs.alive(runner_b), timeout=30, what="the wake to be fired")
+    assert procs.stop(runner_b) == 0
+    assert "taken over" not in procs.log(runner_a)
+    assert [(r["pid"], r["phase"]) for r in procs.phase("start", id=slow.pk)] == [(runner_a.pid, "start")]
     attempts = list(WakeAttempt.objects.filter(wake=slow))
     assert [(a.number, a.outcome, pid_of(a.runner_id)) for a in attempts] == [(1, Outcome.FIRED, runner_a.pid)]
 
@@ -488,14 +511,16 @@ CHAOS_WAKES = 600
 CHAOS_LANES = 12
 CHAOS_KILLS = 6
 CHAOS_LEASE = "2s"
+SLOW_SINK = 2.5  # seconds: longer than the lease
 
 
 @needs_server
 @pytest.mark.parametrize("runner_count", [2, 4])
 def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count: int):
     """``runner_count`` runners fire 600 wakes (12 lanes + lane-less, some due over the next seconds,
-    5 % failing for good) while the test SIGKILLs a runner ``CHAOS_KILLS`` times (half of the kills
-    aimed at a runner inside a slow sink) and starts a replacement each time. Lease 2 s.
+    5 % failing for good, 8 with a sink slower than the lease) while the test SIGKILLs a runner
+    ``CHAOS_KILLS`` times (half of the kills aimed at a runner inside a slow sink) and starts a
+    replacement each time. Lease 2 s; the slow sinks take 2.5 s, so they need the heartbeat.
 
     What must hold at the end, from three independent records — the sinks' start/end lines, the
     ``WakeAttempt`` history, and the test's own list of killed pids:
@@ -521,7 +546,7 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
     for i in range(CHAOS_WAKES):
         lane = None if i % 10 == 9 else f"lane-{i % CHAOS_LANES:02d}"
         fail = i % 20 == 7
-        slow = not fail and i % 25 == 3
+        slow = not fail and i % 75 == 3
         # Most are overdue; the rest come due over the next ~8 s, so work keeps flowing while we kill.
         offset = timedelta(milliseconds=rng.randint(-3000, -1) if i % 3 else rng.randint(0, 8000))
         plan.append((lane, fail, slow, now + offset))
@@ -531,12 +556,12 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
         for i in order:
             lane, fail, slow, at = plan[i]
             intent = {"i": i, "fail": True} if fail else {"i": i}
-            intent.update({"sleep": 0.5} if slow else {"sleep_min": 0.002, "sleep_max": 0.008})
+            intent.update({"sleep": SLOW_SINK} if slow else {"sleep_min": 0.002, "sleep_max": 0.008})
             schedule(workspace_id=WS, kind=KIND, at=at, serial_key=lane, intent=intent,
                      max_attempts=1 if fail else 10)
     wakes = {w.pk: w for w in Wake.objects.filter(workspace_id=WS)}
     failing = {pk for pk, w in wakes.items() if w.intent.get("fail")}
-    slow_ids = {pk for pk, w in wakes.items() if w.intent.get("sleep") == 0.5}
+    slow_ids = {pk for pk, w in wakes.items() if w.intent.get("sleep") == SLOW_SINK}
 
     args = ["--interval", "0.2", "--lease", CHAOS_LEASE]
     serial = [0]

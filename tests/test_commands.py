@@ -1,0 +1,301 @@
+"""The management commands: ``runwakes --once`` (exit status, argument validation), ``wakes status``
+(human table and ``--json``) and ``wakes gc``.
+
+Most tests call the commands in-process with ``call_command``; a few run ``manage.py`` as a real
+process to check what a shell, cron or a Kubernetes CronJob sees (exit status, stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from django_wakes import clock, schedule
+from django_wakes.models import Outcome, State, Wake, WakeAttempt
+from django_wakes.models import Runner as RunnerRow
+from tests.factories import WakeAttemptFactory, WakeFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+WS = "ws-commands"
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def manage(*args: str) -> subprocess.CompletedProcess:
+    """``python manage.py ARGS`` against the test database, as a separate process."""
+    from tests.test_runner_processes import database_url
+
+    url = database_url(connection.settings_dict)
+    if url is None:
+        pytest.skip("the test database is in memory: a separate process cannot open it")
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# runwakes --once
+# --------------------------------------------------------------------------------------------------
+
+
+def test_once_returns_normally_when_every_wake_fired(sinks):
+    calls = sinks("c.ok")
+    wakes = [schedule(workspace_id=WS, delay="0s", kind="c.ok") for _ in range(3)]
+    later = schedule(workspace_id=WS, delay="1h", kind="c.ok")
+
+    call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
+
+    assert sorted(calls.ids) == sorted(w.pk for w in wakes)
+    assert Wake.objects.get(pk=later.pk).state == State.PENDING
+
+
+@pytest.mark.parametrize("max_attempts", [5, 1], ids=["failed-will-retry", "dead"])
+def test_once_exits_1_when_a_wake_failed(sinks, max_attempts):
+    sinks("c.ok")
+    sinks("c.fail", RuntimeError("nope"))
+    ok = schedule(workspace_id=WS, delay="0s", kind="c.ok")
+    bad = schedule(workspace_id=WS, delay="0s", kind="c.fail", max_attempts=max_attempts)
+
+    with pytest.raises(CommandError, match="1 wake\\(s\\) failed") as info:
+        call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
+
+    assert info.value.returncode == 1
+    assert Wake.objects.get(pk=ok.pk).state == State.FIRED, "one failure does not stop the pass"
+    assert Wake.objects.get(pk=bad.pk).state == (State.PENDING if max_attempts > 1 else State.DEAD)
+
+
+def test_once_with_nothing_due_returns_normally():
+    call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
+
+
+def test_once_as_a_process_exit_status_says_whether_anything_failed():
+    """What cron sees: 0 after a clean pass, 1 after a pass with a failure (``runner.probe``
+    raises when its intent says ``fail``)."""
+    ok = schedule(workspace_id=WS, delay="0s", kind="runner.probe", intent={})
+    clean = manage("runwakes", "--once")
+    assert clean.returncode == 0, clean.stderr
+    assert Wake.objects.get(pk=ok.pk).state == State.FIRED
+
+    bad = schedule(workspace_id=WS, delay="0s", kind="runner.probe", intent={"fail": True})
+    failing = manage("runwakes", "--once")
+    assert failing.returncode == 1, failing.stderr
+    assert "1 wake(s) failed" in failing.stderr
+    assert WakeAttempt.objects.get(wake_id=bad.pk).outcome == Outcome.FAILED
+
+
+BAD_ARGUMENTS = [
+    (["--interval", "0"], "--interval", "must be greater than 0"),
+    (["--interval", "-1"], "--interval", "must be greater than 0"),
+    (["--interval", "soon"], "--interval", "is not a number"),
+    (["--interval", "nan"], "--interval", ""),
+    (["--interval", "inf"], "--interval", "must be at most"),
+    (["--interval", "1e300"], "--interval", "must be at most"),
+    (["--shutdown-timeout", "inf"], "--shutdown-timeout", "must be at most"),
+    (["--batch", "x"], "--batch", "is not a whole number"),
+    (["--batch", "0"], "--batch", "must be at least 1"),
+    (["--concurrency", "0"], "--concurrency", "must be at least 1"),
+    (["--concurrency", "2.5"], "--concurrency", "is not a whole number"),
+    (["--lease", "nonsense"], "--lease", "cannot parse"),
+    (["--lease", "0s"], "--lease", "positive"),
+    (["--lease", "-5m"], "--lease", ""),
+    (["--gc-every", "weekly"], "--gc-every", "cannot parse"),
+    (["--shutdown-timeout", "0"], "--shutdown-timeout", "must be greater than 0"),
+    (["--lanes", ","], "--lanes", "needs at least one serial key"),
+    (["--lanes", " , ,"], "--lanes", "needs at least one serial key"),
+]
+
+
+@pytest.mark.parametrize(("argv", "option", "message"), BAD_ARGUMENTS, ids=[" ".join(a) for a, _, _ in BAD_ARGUMENTS])
+def test_runwakes_rejects_bad_arguments_before_doing_anything(sinks, argv, option, message):
+    calls = sinks("c.ok")
+    wake = schedule(workspace_id=WS, delay="0s", kind="c.ok")
+
+    with pytest.raises(CommandError) as info:
+        call_command("runwakes", "--once", *argv, stdout=StringIO(), stderr=StringIO())
+
+    text = str(info.value)
+    assert f"argument {option}" in text, text
+    assert message in text, text
+    assert calls == [] and Wake.objects.get(pk=wake.pk).state == State.PENDING
+
+
+def test_runwakes_bad_argument_as_a_process_exits_2_with_usage():
+    result = manage("runwakes", "--lanes", ",")
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+    assert "argument --lanes: needs at least one serial key" in result.stderr
+
+
+def test_runwakes_lanes_option_is_a_trimmed_list(sinks):
+    calls = sinks("c.lanes")
+    a = schedule(workspace_id=WS, delay="0s", kind="c.lanes", serial_key="alpha")
+    b = schedule(workspace_id=WS, delay="0s", kind="c.lanes", serial_key="beta")
+    c = schedule(workspace_id=WS, delay="0s", kind="c.lanes", serial_key="gamma")
+    call_command("runwakes", "--once", "--lanes", " alpha, gamma ,", stdout=StringIO(), stderr=StringIO())
+    assert sorted(calls.ids) == sorted([a.pk, c.pk])
+    assert Wake.objects.get(pk=b.pk).state == State.PENDING
+
+
+# --------------------------------------------------------------------------------------------------
+# wakes status
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def populated() -> dict[str, Any]:
+    """Rows in every state, a backlog of two overdue wakes, one future wake, a live and a dead runner."""
+    now = clock.now()
+    overdue_old = WakeFactory(fire_at=now - timedelta(minutes=10), kind="c.status")
+    overdue_new = WakeFactory(fire_at=now - timedelta(minutes=1))
+    future = WakeFactory(fire_at=now + timedelta(hours=2))
+    WakeFactory(state=State.FIRING, lease_until=now + timedelta(minutes=5), claim_token="t" * 32)
+    WakeFactory.create_batch(3, settled=True)
+    WakeFactory(settled=True, state=State.DEAD, last_error="boom")
+    WakeFactory(state=State.CANCELLED, due_at=None)
+    WakeFactory(settled=True, state=State.EXPIRED)
+    live = RunnerRow.objects.create(id="host-a:101:abc", host="host-a", pid=101, started_at=now - timedelta(hours=1),
+                                    heartbeat_at=now)
+    RunnerRow.objects.create(id="host-b:202:def", host="host-b", pid=202, started_at=now - timedelta(days=1),
+                             heartbeat_at=now - timedelta(hours=1))
+    return {"now": now, "oldest": overdue_old, "newer": overdue_new, "future": future, "live": live}
+
+
+EXPECTED_STATES = {"pending": 3, "firing": 1, "fired": 3, "expired": 1, "cancelled": 1, "dead": 1}
+
+
+def test_status_prints_a_table_of_states_backlog_next_due_and_live_runners(populated):
+    out = run("wakes", "status")
+
+    for state, count in EXPECTED_STATES.items():
+        assert re.search(rf"^\s+{state}\s+{count}$", out, re.M), f"no '{state} {count}' row in:\n{out}"
+    assert re.search(r"^\s+due now\s+2$", out, re.M), out
+    oldest = populated["oldest"]
+    match = re.search(rf"^Oldest overdue: wake {oldest.pk} \(c\.status\), ([\d.]+)s late$", out, re.M)
+    assert match, out
+    assert float(match.group(1)) >= 600
+    assert f"Next due:       {populated['future'].due_at.isoformat()}" in out
+    assert "Live runners (1)" in out
+    assert "host-a:101:abc  host=host-a pid=101" in out
+    assert "host-b" not in out, "a runner without a recent heartbeat is not live"
+
+
+def test_status_json_is_the_same_snapshot_for_scripts(populated):
+    snap = json.loads(run("wakes", "status", "--json"))
+
+    assert snap["states"] == EXPECTED_STATES
+    assert snap["due_backlog"] == 2
+    oldest = populated["oldest"]
+    assert snap["oldest_overdue"]["id"] == oldest.pk
+    assert snap["oldest_overdue"]["kind"] == "c.status"
+    assert snap["oldest_overdue"]["lane"] is None
+    assert snap["oldest_overdue"]["late_seconds"] >= 600
+    assert snap["next_due_at"] == populated["future"].due_at.isoformat()
+    assert [(r["id"], r["host"], r["pid"]) for r in snap["runners"]] == [("host-a:101:abc", "host-a", 101)]
+
+
+def test_status_of_an_empty_table():
+    out = run("wakes", "status")
+    assert all(re.search(rf"^\s+{s}\s+0$", out, re.M) for s in EXPECTED_STATES), out
+    assert "Oldest overdue: none" in out
+    assert "Next due:       none" in out
+    assert "Live runners (0)" in out
+    snap = json.loads(run("wakes", "status", "--json"))
+    assert snap["states"] == dict.fromkeys(EXPECTED_STATES, 0)
+    assert (snap["due_backlog"], snap["oldest_overdue"], snap["next_due_at"], snap["runners"]) == (0, None, None, [])
+
+
+def test_status_as_a_process_prints_json_on_stdout(populated):
+    result = manage("wakes", "status", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["states"] == EXPECTED_STATES
+
+
+def test_wakes_without_an_action_is_an_error():
+    with pytest.raises(CommandError):
+        call_command("wakes", stdout=StringIO(), stderr=StringIO())
+
+
+# --------------------------------------------------------------------------------------------------
+# wakes gc
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def aged() -> dict[str, Any]:
+    now = clock.now()
+
+    def at(days: int) -> dict[str, Any]:
+        moment = now - timedelta(days=days)
+        return {"created_at": moment, "updated_at": moment}
+
+    old_terminal = [
+        WakeFactory(settled=True, **at(40)),
+        WakeFactory(settled=True, state=State.DEAD, last_error="x", **at(40)),
+        WakeFactory(settled=True, state=State.EXPIRED, **at(40)),
+        WakeFactory(state=State.CANCELLED, due_at=None, **at(40)),
+    ]
+    for wake in old_terminal[:2]:
+        WakeAttemptFactory(wake=wake, outcome=Outcome.FAILED)
+    ten_days = WakeFactory(settled=True, **at(10))
+    live = [
+        WakeFactory(fire_at=now + timedelta(days=1), **at(40)),
+        WakeFactory(state=State.FIRING, lease_until=now + timedelta(minutes=1), claim_token="k" * 32, **at(40)),
+    ]
+    return {"old": old_terminal, "ten_days": ten_days, "live": live}
+
+
+def ids(wakes: list[Wake]) -> set[int]:
+    return {w.pk for w in wakes}
+
+
+def test_gc_deletes_terminal_wakes_older_than_gc_after_by_default(aged):
+    out = run("wakes", "gc")
+
+    assert out.strip() == "deleted 4 terminal wake(s) older than 30d"
+    assert set(Wake.objects.values_list("pk", flat=True)) == ids([aged["ten_days"], *aged["live"]])
+    assert not WakeAttempt.objects.filter(wake_id__in=ids(aged["old"])).exists()
+
+
+def test_gc_older_than_overrides_the_setting_and_never_touches_live_wakes(aged):
+    out = run("wakes", "gc", "--older-than", "5d")
+    assert out.strip() == "deleted 5 terminal wake(s) older than 5d"
+    assert set(Wake.objects.values_list("pk", flat=True)) == ids(aged["live"])
+    assert run("wakes", "gc", "--older-than", "5d").strip() == "deleted 0 terminal wake(s) older than 5d"
+
+
+def test_gc_follows_the_gc_after_setting(aged, settings):
+    settings.WAKES = {**settings.WAKES, "GC_AFTER": "7d"}
+    assert run("wakes", "gc").strip() == "deleted 5 terminal wake(s) older than 7d"
+
+
+def test_gc_disabled_by_setting_needs_an_explicit_older_than(aged, settings):
+    settings.WAKES = {**settings.WAKES, "GC_AFTER": None}
+    with pytest.raises(CommandError, match="GC_AFTER.*None"):
+        run("wakes", "gc")
+    assert Wake.objects.count() == 7
+    assert run("wakes", "gc", "--older-than", "30d").strip() == "deleted 4 terminal wake(s) older than 30d"
+
+
+@pytest.mark.parametrize("value", ["soon", "-3d", ""])
+def test_gc_rejects_a_bad_older_than(aged, value):
+    with pytest.raises(CommandError, match="--older-than"):
+        run("wakes", "gc", "--older-than", value)
+    assert Wake.objects.count() == 7
