@@ -74,6 +74,7 @@ def test_callable_hooks_are_accepted(settings):
     assert check_wakes_settings() == []
 
 
+@pytest.mark.django_db  # the full check run includes model checks that may ask the database
 def test_checks_are_registered_with_django(settings, capsys):
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
     messages = checks.run_checks()
