@@ -32,21 +32,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------------------------------
 
 
-def database_url(settings_dict: dict[str, Any]) -> str:
-    """Build a ``DATABASE_URL`` that points a child process at this (test) database."""
-    scheme = {
-        "django.db.backends.postgresql": "postgres",
-        "django.db.backends.mysql": "mysql",
-    }[settings_dict["ENGINE"]]
+def database_url(settings_dict: dict[str, Any]) -> str | None:
+    """Build a ``DATABASE_URL`` that points a child process at this (test) database; None if it cannot.
+
+    An in-memory SQLite database cannot be shared with another process.
+    """
+    engine, name = settings_dict["ENGINE"], str(settings_dict["NAME"])
+    if engine == "django.db.backends.sqlite3":
+        if not name or name == ":memory:" or name.startswith("file:"):
+            return None
+        return f"sqlite:///{os.path.abspath(name)}"
+    scheme = {"django.db.backends.postgresql": "postgres", "django.db.backends.mysql": "mysql"}[engine]
     user = quote(settings_dict.get("USER") or "", safe="")
     password = quote(settings_dict.get("PASSWORD") or "", safe="")
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
     host = settings_dict.get("HOST") or "127.0.0.1"
     port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
-    return f"{scheme}://{auth}{host}{port}/{quote(settings_dict['NAME'], safe='')}"
+    return f"{scheme}://{auth}{host}{port}/{quote(name, safe='')}"
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.1) -> Any:
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

@@ -28,6 +28,7 @@ from django_wakes.models import Runner as RunnerRow
 from django_wakes.runner import Runner
 from django_wakes.sinks import registry
 from tests.factories import WakeFactory
+from tests.mp_support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,15 +37,6 @@ BACKSTOP = 30.0  # seconds: a polling interval no bounded wait below comes close
 WAIT = 10.0
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = WAIT, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class SpyRunner(Runner):

@@ -25,12 +25,10 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.core.management import call_command
@@ -39,6 +37,7 @@ from django.db import connection, transaction
 from django_wakes import schedule, signals
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
+from tests.mp_support import database_url, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 KIND = "runner.probe"
@@ -61,31 +60,6 @@ needs_postgres = pytest.mark.skipif(
 # --------------------------------------------------------------------------------------------------
 
 
-def database_url(settings_dict: dict[str, Any]) -> str | None:
-    """A ``DATABASE_URL`` for a child process to reach this (test) database; None if it cannot."""
-    engine, name = settings_dict["ENGINE"], str(settings_dict["NAME"])
-    if engine == "django.db.backends.sqlite3":
-        if not name or name == ":memory:" or name.startswith("file:"):
-            return None
-        return f"sqlite:///{os.path.abspath(name)}"
-    scheme = {"django.db.backends.postgresql": "postgres", "django.db.backends.mysql": "mysql"}[engine]
-    user = quote(settings_dict.get("USER") or "", safe="")
-    password = quote(settings_dict.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = settings_dict.get("HOST") or "127.0.0.1"
-    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
-    return f"{scheme}://{auth}{host}{port}/{quote(name, safe='')}"
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def pid_of(runner_id: str) -> int:
