@@ -29,5 +29,16 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) manage.py makemigrations django_wakes --check --dry-run
 
+## bench: the benchmark (benchmarks/README.md), in its own venv benchmarks/.env with the peers; ~15-20 min.
+## Knobs: BENCH_QUICK=1 for a smoke run, BENCH_N, BENCH_DBS, BENCH_ONLY, ... (see benchmarks/README.md)
+bench:
+	@if [ ! -f benchmarks/.env/.installed ] || [ pyproject.toml -nt benchmarks/.env/.installed ]; then \
+		$(PYTHON) -m venv benchmarks/.env && \
+		benchmarks/.env/bin/python -m pip install --quiet --upgrade pip && \
+		benchmarks/.env/bin/python -m pip install --quiet -e '.[postgres]' '$(DJANGO)' \
+			'django-tasks-db[compat]==0.13.0' 'django-tasks==0.12.0' 'procrastinate==3.10.0' && \
+		touch benchmarks/.env/.installed; fi
+	benchmarks/.env/bin/python -m benchmarks.run
+
 clean:
 	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache

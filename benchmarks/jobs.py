@@ -197,6 +197,17 @@ def _time_claim_passes(reps: int, due_per_rep: int) -> dict[str, float]:
     }
 
 
+def _candidates(due: int, reps: int) -> dict[str, float]:
+    """The candidate query alone, shipped vs the proposed split lane-head test (benchmarks.proposal)."""
+    from benchmarks.proposal import time_candidates
+    from django_wakes import engine
+
+    seed(due, lanes=5, lane_every=2, in_seconds=-1)
+    times = time_candidates(reps)
+    engine.run_due(runner_id="bench-claim", limit=100)
+    return times
+
+
 def _explain(due: int) -> str:
     """The plan of claim_batch's candidate query, with ``due`` rows due (then fired, to clear them)."""
     from django_wakes import clock, engine
@@ -220,6 +231,7 @@ def step_claim(args: argparse.Namespace) -> dict[str, Any]:
     out["insert_small_s"] = time.perf_counter() - t0
     _time_claim_passes(2, args.due)  # warm up connections, caches and the sink registry
     out["at_small"] = _time_claim_passes(args.reps, args.due)
+    out["candidates_small"] = _candidates(args.due, args.reps)
     out["explain_small"] = _explain(args.due)
     t0 = time.perf_counter()
     seed_future_sql(args.large - args.small)
@@ -227,6 +239,7 @@ def step_claim(args: argparse.Namespace) -> dict[str, Any]:
     out["insert_large_s"] = time.perf_counter() - t0
     _time_claim_passes(2, args.due)
     out["at_large"] = _time_claim_passes(args.reps, args.due)
+    out["candidates_large"] = _candidates(args.due, args.reps)
     out["explain_large"] = _explain(args.due)
     out["pending_future"] = count_state("pending")
     return out
@@ -314,13 +327,27 @@ def main() -> None:
     p = sub.add_parser("rss")
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--first", type=int, default=1_000)
+    p = sub.add_parser("ab")
+    p.add_argument("--n", type=int, default=5_000)
+    p.add_argument("--lanes", type=int, default=0)
+    p = sub.add_parser("claim-ab")
+    p.add_argument("--reps", type=int, default=30)
+    p = sub.add_parser("lanes-ab")
+    p.add_argument("--n", type=int, default=10_000)
+    p.add_argument("--lanes", type=int, default=100)
+    p.add_argument("--reps", type=int, default=7)
     p = sub.add_parser("create")
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--gap", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     setup()
+    from benchmarks.proposal import step_ab, step_claim_ab, step_lanes_ab
+
     step = {
+        "ab": step_ab,
+        "claim-ab": step_claim_ab,
+        "lanes-ab": step_lanes_ab,
         "prepare": step_prepare,
         "reset": step_reset,
         "span": step_span,

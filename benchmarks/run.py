@@ -48,19 +48,31 @@ def knob(name: str, default: Any, quick: Any = None) -> Any:
 N = knob("BENCH_N", 10_000, 1_000)
 LANES = knob("BENCH_LANES", 100)
 DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
-ONLY = {s.strip() for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss").split(",") if s.strip()}
+ONLY = {
+    s.strip()
+    for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss,proposals").split(",")
+    if s.strip()
+}
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 LAT_N = knob("BENCH_LAT_N", 300, 50)
 LAT_GAP = knob("BENCH_LAT_GAP", 0.03)
 CLAIM_SMALL = knob("BENCH_CLAIM_SMALL", 10_000, 1_000)
 CLAIM_LARGE = knob("BENCH_CLAIM_LARGE", 1_000_000, 100_000)
 CLAIM_REPS = knob("BENCH_CLAIM_REPS", 15, 5)
+CONCURRENCY = knob("BENCH_CONCURRENCY", 4)
+CONCURRENCY_N = knob("BENCH_CONCURRENCY_N", 2_000, 500)  # that run is slow: fewer wakes
+AB_N = knob("BENCH_AB_N", 5_000, 1_000)
+# (runner processes, lanes, --concurrency) of the fire-throughput runs
+FIRE_CONFIGS = [(1, 0, 1), (2, 0, 1), (1, LANES, 1), (2, LANES, 1)]
+if CONCURRENCY > 1:
+    FIRE_CONFIGS.append((1, LANES, CONCURRENCY))
 RSS_N = knob("BENCH_RSS_N", 100_000, 5_000)
 RSS_FIRST = knob("BENCH_RSS_FIRST", 1_000)
 RSS_DB = knob("BENCH_RSS_DB", "postgres")
 CEILING_S = knob("BENCH_CEILING_SECONDS", 5.0, 2.0)
 PROCRASTINATE_CONCURRENCY = knob("BENCH_PROCRASTINATE_CONCURRENCY", 10)
 TIMEOUT = knob("BENCH_TIMEOUT", 900.0)
+STALL = knob("BENCH_STALL", 60.0)
 OUT = Path(knob("BENCH_OUT", str(WORK / "results.json")))
 
 TARGETS = {
@@ -206,14 +218,17 @@ def drain(
     """Start the workers and poll ``done()`` until it reaches ``n``; return (seconds from start, count)."""
     t0 = time.perf_counter()
     procs = starter()
-    count = 0
+    count, last_count, last_progress = 0, -1, t0
     try:
         while True:
             count = done()
             if count >= n:
                 break
-            if time.perf_counter() - t0 > TIMEOUT:
-                note(f"timed out after {TIMEOUT:.0f}s with {count}/{n} done")
+            now = time.perf_counter()
+            if count != last_count:
+                last_count, last_progress = count, now
+            if now - t0 > TIMEOUT or now - last_progress > STALL:
+                note(f"gave up after {now - t0:.0f}s with {count}/{n} done (see {LOGS})")
                 break
             if all(p.poll() is not None for p in procs):
                 raise RuntimeError(f"every worker exited with {count}/{n} done (see {LOGS})")
@@ -267,22 +282,25 @@ def _update_loop(update: Callable[[int], Any], rows: int, seconds: float) -> flo
     return n / (time.perf_counter() - t0)
 
 
-def throughput(db: Db, runners: int, lanes: int) -> dict[str, Any]:
+def throughput(db: Db, runners: int, lanes: int, concurrency: int = 1) -> dict[str, Any]:
     """Seed N due wakes, start ``runners`` runwakes processes, time until all are fired."""
-    job(db, "prepare", "--n", N, "--lanes", lanes)
+    n = N if concurrency == 1 else CONCURRENCY_N
+    job(db, "prepare", "--n", n, "--lanes", lanes)
     db.close()
-    tag = f"runwakes-{db.vendor}-{runners}r-{lanes}l"
+    tag = f"runwakes-{db.vendor}-{runners}r-{lanes}l-c{concurrency}"
+    argv = [PY, "manage.py", "runwakes"] + (["--concurrency", str(concurrency)] if concurrency > 1 else [])
 
     def starter() -> list[subprocess.Popen[bytes]]:
-        return [start([PY, "manage.py", "runwakes"], child_env(db.url), tag) for _ in range(runners)]
+        return [start(argv, child_env(db.url), tag) for _ in range(runners)]
 
     elapsed, count = drain(
-        starter, lambda: db.scalar("SELECT count(*) FROM django_wakes_wake WHERE state = 'fired'"), N,
+        starter, lambda: db.scalar("SELECT count(*) FROM django_wakes_wake WHERE state = 'fired'"), n,
         0.05 if db.vendor == "postgres" else 0.2,
     )
     span = job(db, "span")
     return {
-        "db": db.vendor, "runners": runners, "lanes": lanes, "n": N, "fired": count, "wall_s": elapsed,
+        "db": db.vendor, "runners": runners, "lanes": lanes, "concurrency": concurrency, "n": n, "fired": count,
+        "wall_s": elapsed,
         "rate": count / elapsed, "span_s": span["span_s"],
         "span_rate": count / span["span_s"] if span["span_s"] else None,
         "states": span["states"], "attempts": span["attempts"],
@@ -333,14 +351,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
-def latency(db: Db, listen: bool) -> dict[str, Any]:
+def latency(db: Db, listen: bool, **settings_env: str) -> dict[str, Any]:
     """Due-to-fire latency of due-now wakes created one at a time by another process."""
     job(db, "reset")
     db.close()
-    mode = "push" if listen else "poll"
+    mode = ("push" if listen else "poll") + ("-" + "-".join(settings_env) if settings_env else "")
     stamps = DATA / f"stamps-{mode}.txt"
     stamps.unlink(missing_ok=True)
-    env = child_env(db.url, BENCH_STAMP_FILE=str(stamps))
+    env = child_env(db.url, BENCH_STAMP_FILE=str(stamps), **settings_env)
     argv = [PY, "manage.py", "runwakes"] + ([] if listen else ["--no-listen"])
     runner = start(argv, env, f"latency-{mode}")
     try:
@@ -427,7 +445,12 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("MET" if ok else "MISSED")
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupted)  # so the finally below stops every worker we started
     DATA.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(), "knobs": {
         "N": N, "lanes": LANES, "dbs": DBS, "only": sorted(ONLY), "lat_n": LAT_N, "claim_small": CLAIM_SMALL,
@@ -457,15 +480,16 @@ def main() -> int:
                 results["ceiling"][vendor] = [c]
                 say(f"  ceiling (raw single-row UPDATE commits/s, one process): {c:,.0f}/s")
             if "throughput" in ONLY:
-                for runners, lanes in ((1, 0), (2, 0), (1, LANES), (2, LANES)):
-                    note(f"{vendor}: {N} due wakes, {runners} runner(s), {lanes or 'no'} lanes")
-                    r = throughput(db, runners, lanes)
+                for runners, lanes, conc in FIRE_CONFIGS:
+                    note(f"{vendor}: {runners} runner(s), {lanes or 'no'} lanes, concurrency {conc}")
+                    r = throughput(db, runners, lanes, conc)
                     results["throughput"].append(r)
                     lanes_txt = f"{lanes} lanes" if lanes else "no lanes"
-                    check = "" if r["attempts"] == N and r["states"] == {"fired": N} else \
+                    check = "" if r["attempts"] == r["n"] and r["states"] == {"fired": r["n"]} else \
                         f"  (!) states={r['states']} attempts={r['attempts']}"
-                    say(f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}: "
-                        f"{r['rate']:7,.0f} wakes/s  ({N:,} in {r['wall_s']:.1f}s from launch; "
+                    conc_txt = f" --concurrency {conc}" if conc > 1 else ""
+                    say(f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}{conc_txt}: "
+                        f"{r['rate']:7,.0f} wakes/s  ({r['n']:,} in {r['wall_s']:.1f}s from launch; "
                         f"{r['span_rate']:,.0f}/s first claim→last settle){check}")
             if "ceiling" in ONLY:
                 c = ceiling(db, CEILING_S)
@@ -490,6 +514,13 @@ def main() -> int:
                     f"{CLAIM_LARGE:,}: ratio {cl['ratio']:.2f}")
                 say(f"  whole run_due pass:            {cl['at_small']['run_due_ms']:.2f} ms vs "
                     f"{cl['at_large']['run_due_ms']:.2f} ms: ratio {cl['run_due_ratio']:.2f}")
+                cs, cg = cl["candidates_small"], cl["candidates_large"]
+                cl["candidates_ratio"] = cg["shipped_ms"] / cs["shipped_ms"]
+                cl["split_ratio"] = cg["split_ms"] / cs["split_ms"]
+                say(f"  candidate query alone:         {cs['shipped_ms']:.2f} ms vs {cg['shipped_ms']:.2f} ms: "
+                    f"ratio {cl['candidates_ratio']:.2f}")
+                say(f"  ...with the proposed split lane-head test: {cs['split_ms']:.2f} ms vs {cg['split_ms']:.2f} ms: "
+                    f"ratio {cl['split_ratio']:.2f}  (prototype, benchmarks/proposal.py)")
                 say(f"  claim query plan with {CLAIM_LARGE:,} pending future rows:")
                 for line in cl["explain_large"].splitlines():
                     say(f"    {line}")
@@ -502,6 +533,29 @@ def main() -> int:
                     label = "push (LISTEN/NOTIFY)" if listen else "poll only (--no-listen, 1s interval)"
                     say(f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
                         f"max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)")
+            if "proposals" in ONLY:
+                note(f"{vendor}: shipped per-wake settle vs batched-settle prototype, in-process")
+                ab = job(db, "ab", "--n", AB_N, log="proposal")
+                results.setdefault("proposals", {})[f"{vendor}_settle"] = ab
+                say(f"  in-process fire rate, shipped per-wake settle: {ab['shipped_best']:,.0f}/s; batched-settle "
+                    f"prototype: {ab['batched_best']:,.0f}/s ({ab['batched_best'] / ab['shipped_best']:.1f}x)")
+                if vendor == "postgres":
+                    ca = job(db, "claim-ab", log="proposal")
+                    results["proposals"]["claim_one"] = ca
+                    say(f"  claiming one due wake: shipped claim_batch {ca['shipped_claim_ms']:.2f} ms; one-statement "
+                        f"UPDATE ... RETURNING prototype {ca['one_statement_claim_ms']:.2f} ms")
+                    la = job(db, "lanes-ab", "--n", N, "--lanes", LANES, log="proposal")
+                    results["proposals"]["lane_backlog"] = la
+                    say(f"  candidate query, {N:,} due wakes in {LANES} lanes: shipped "
+                        f"{la['now']['shipped_ms']:.1f} ms; split lane-head test {la['now']['split_ms']:.1f} ms; "
+                        f"split + index (state, due_at, id) "
+                        f"{la['with_index']['split_ms']:.1f} ms (shipped query + that index "
+                        f"{la['with_index']['shipped_ms']:.1f} ms)")
+                    if "latency" in ONLY:
+                        lat = latency(db, True, BENCH_CONN_MAX_AGE="None")
+                        results["proposals"]["push_persistent_connection"] = lat
+                        say(f"  push latency with CONN_MAX_AGE=None (no reconnect per pass): p50 {lat['p50_ms']:.1f} "
+                            f"ms, p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms")
             if vendor == RSS_DB and "rss" in ONLY:
                 note(f"{vendor}: runner RSS over {RSS_N:,} fires (in-process Runner loop)")
                 rss = job(db, "rss", "--n", RSS_N, "--first", RSS_FIRST, log="rss")
@@ -539,7 +593,7 @@ def main() -> int:
 
 def _ours(vendor: str, runners: int, lanes: int, results: dict[str, Any]) -> float | None:
     for r in results.get("throughput", []):
-        if r["db"] == vendor and r["runners"] == runners and r["lanes"] == lanes:
+        if r["db"] == vendor and r["runners"] == runners and r["lanes"] == lanes and r["concurrency"] == 1:
             return r["rate"]
     return None
 
