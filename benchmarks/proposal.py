@@ -40,10 +40,12 @@ def run_once_batched(*, runner_id: str, limit: int) -> int:
             returned = sink_fn(wake, dict(claim.result))
         except Exception as exc:  # noqa: BLE001 - the engine's failure path, per wake
             error = engine._format_error(exc)
-            engine._settle_retrying(claim, lambda c=claim, e=error: engine._settle_failure(c, e))
+            engine._settle_retrying(f"wake {claim.wake.pk}", lambda c=claim, e=error: engine._settle_failure(c, e))
             continue
         if isinstance(returned, Retry | Defer | Stop):
-            out = engine._settle_retrying(claim, lambda c=claim, r=returned: engine._settle_returned(c, r))
+            out = engine._settle_retrying(
+                f"wake {claim.wake.pk}", lambda c=claim, r=returned: engine._settle_returned(c, r)
+            )
             fired += out.outcome in ("fired", "stopped")
             continue
         plain.append(claim)

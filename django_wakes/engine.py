@@ -14,6 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, router, transaction
@@ -632,8 +633,33 @@ class FireOutcome:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Succeeded:
+    """A sink returned normally; the wake is still ``firing`` until :func:`settle_successes` runs."""
+
+    claim: Claim
+    stop: bool
+    finished_at: datetime
+
+    @property
+    def outcome(self) -> str:
+        if self.claim.expired:
+            return Outcome.EXPIRED
+        return Outcome.STOPPED if self.stop else Outcome.FIRED
+
+
 def fire(claim: Claim) -> FireOutcome:
     """Run the sink for a claimed wake, then settle it under the claim's fence token."""
+    ran = run_sink(claim)
+    return settle_successes([ran])[0] if isinstance(ran, Succeeded) else ran
+
+
+def run_sink(claim: Claim) -> FireOutcome | Succeeded:
+    """Run the sink; settle at once anything but a plain success, which is returned for settling.
+
+    Splitting the two lets a runner settle a batch of successes in one transaction (one commit
+    instead of one per wake) while failures, retries and defers are written down immediately.
+    """
     wake = claim.wake
     sink_fn = registry.get(wake.kind)
     if sink_fn is None:
@@ -644,14 +670,16 @@ def fire(claim: Claim) -> FireOutcome:
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
         error = _format_error(exc)
-        return _settle_retrying(claim, lambda: _settle_failure(claim, error))
-    return _settle_retrying(claim, lambda: _settle_returned(claim, returned))
+        return _settle_retrying(f"wake {wake.pk}", lambda: _settle_failure(claim, error))
+    if isinstance(returned, Retry | Defer):
+        return _settle_retrying(f"wake {wake.pk}", lambda: _settle_returned(claim, returned))
+    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())
 
 
 SETTLE_TRIES = 6
 
 
-def _settle_retrying(claim: Claim, settle: Any) -> FireOutcome:
+def _settle_retrying(label: str, settle: Any) -> Any:
     """Run a settle transaction, retrying when the database aborts it (deadlock, lock timeout).
 
     The sink has already run, so giving up here would leave the row firing until its lease
@@ -665,10 +693,78 @@ def _settle_retrying(claim: Claim, settle: Any) -> FireOutcome:
         except OperationalError as exc:
             if attempt == SETTLE_TRIES or connections[using].in_atomic_block:
                 raise
-            logger.info("settling wake %s was rolled back (%s); retrying", claim.wake.pk, exc)
+            logger.info("settling %s was rolled back (%s); retrying", label, exc)
             connections[using].close_if_unusable_or_obsolete()
             time.sleep(random.uniform(0, 0.02 * 2**attempt))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
+    """Settle sinks that returned normally, all in one transaction; return an outcome for each.
+
+    Each row is fenced by its claim token: a wake whose lease another runner took over meanwhile
+    is left to that runner (its outcome here is discarded and reported as ``fenced``).
+    """
+    if not done:
+        return []
+    return _settle_retrying(f"{len(done)} fired wake(s)", lambda: _settle_successes(done))
+
+
+def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
+    from . import recurrence
+
+    using = db_alias()
+    now = clock.now()
+    rows = Wake.objects.using(using)
+    settled = {"lane_lock": None, "lease_until": None, "claim_token": None, "last_error": "", "fired_at": now,
+               "updated_at": now}
+    with transaction.atomic(using=using):
+        if len(done) == 1:  # the common single settle: the fenced UPDATE's row count decides
+            (only,) = done
+            won = rows.filter(pk=only.claim.wake.pk, state=State.FIRING, claim_token=only.claim.token).update(
+                state=State.EXPIRED if only.claim.expired else State.FIRED, **settled
+            )
+            winners = done if won else []
+        else:  # a batch: lock the rows still held under their tokens, then one UPDATE per final state
+            locked = set(
+                rows.filter(pk__in=[d.claim.wake.pk for d in done], state=State.FIRING)
+                .select_for_update()
+                .values_list("pk", "claim_token")
+            )
+            winners = [d for d in done if (d.claim.wake.pk, d.claim.token) in locked]
+            for final, expired in ((State.FIRED, False), (State.EXPIRED, True)):
+                ids = [d.claim.wake.pk for d in winners if d.claim.expired is expired]
+                if ids:
+                    rows.filter(pk__in=ids, state=State.FIRING).update(state=final, **settled)
+        WakeAttempt.objects.using(using).bulk_create(
+            [
+                WakeAttempt(
+                    wake_id=d.claim.wake.pk, number=d.claim.wake.attempts, runner_id=d.claim.runner_id,
+                    started_at=d.claim.started_at, finished_at=d.finished_at, outcome=d.outcome,
+                )
+                for d in winners
+            ]
+        )
+        for d in winners:
+            if d.claim.wake.is_recurring and not d.stop:
+                recurrence.book_next(using, d.claim.wake, now)
+            transaction.on_commit(
+                partial(signals.wake_fired.send, sender=Wake, wake=d.claim.wake, outcome=d.outcome), using=using
+            )
+    won = {id(d) for d in winners}
+    outcomes = []
+    for d in done:
+        if id(d) not in won:
+            outcomes.append(_fenced_out(d.claim))
+            continue
+        wake = d.claim.wake
+        logger.info(
+            "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
+            wake.pk, wake.kind, wake.serial_key, d.outcome,
+            _ms(d.claim.started_at - (wake.due_at or d.claim.started_at)), _ms(d.finished_at - d.claim.started_at),
+        )
+        outcomes.append(FireOutcome(d.outcome, settled=True))
+    return outcomes
 
 
 def _format_error(exc: BaseException) -> str:
@@ -701,34 +797,7 @@ def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
             return _settle_defer(claim, returned)
     except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
         return _settle_failure(claim, f"the sink returned an invalid {type(returned).__name__}: {exc}")
-    return _settle_success(claim, stop=isinstance(returned, Stop))
-
-
-def _settle_success(claim: Claim, *, stop: bool) -> FireOutcome:
-    from . import recurrence
-
-    using = db_alias()
-    now = clock.now()
-    wake = claim.wake
-    final = State.EXPIRED if claim.expired else State.FIRED
-    outcome = Outcome.EXPIRED if claim.expired else (Outcome.STOPPED if stop else Outcome.FIRED)
-    with transaction.atomic(using=using):
-        won = _fenced(using, claim).update(
-            state=final, lane_lock=None, lease_until=None, claim_token=None, last_error="", fired_at=now,
-            updated_at=now,
-        )
-        if not won:
-            return _fenced_out(claim)
-        _attempt(using, claim, now, outcome)
-        if wake.is_recurring and not stop:
-            recurrence.book_next(using, wake, now)
-        transaction.on_commit(lambda: signals.wake_fired.send(sender=Wake, wake=wake, outcome=outcome), using=using)
-    logger.info(
-        "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
-        wake.pk, wake.kind, wake.serial_key, outcome,
-        _ms(claim.started_at - (wake.due_at or claim.started_at)), _ms(now - claim.started_at),
-    )
-    return FireOutcome(outcome, settled=True)
+    return _settle_successes([Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())])[0]
 
 
 def _ms(delta: timedelta) -> int:

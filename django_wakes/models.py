@@ -152,7 +152,7 @@ class Wake(models.Model):
         verbose_name_plural = _("wakes")
         indexes = [
             # claim_batch(): pending rows whose due_at has come, earliest first.
-            models.Index(fields=["state", "due_at"], name="wake_claim_due_idx"),
+            models.Index(fields=["state", "due_at", "id"], name="wake_claim_due_idx"),
             # the lane head check: earliest pending due_at per serial_key.
             models.Index(fields=["serial_key", "state", "due_at", "id"], name="wake_lane_head_idx"),
             # recover(): firing rows whose lease lapsed.

@@ -37,10 +37,13 @@ class WakeQuerySet(models.QuerySet["Wake"]):
 
     def lane_heads(self) -> WakeQuerySet:
         """Keep only wakes with no earlier pending, due-dated wake in their lane (earliest first)."""
-        earlier = self.model._default_manager.filter(
-            state=PENDING, serial_key=OuterRef("serial_key")
-        ).filter(Q(due_at__lt=OuterRef("due_at")) | Q(due_at=OuterRef("due_at"), id__lt=OuterRef("id")))
-        return self.filter(Q(serial_key__isnull=True) | ~Exists(earlier))
+        # Two NOT EXISTS rather than one with an OR: each is a single range probe of
+        # wake_lane_head_idx (serial_key, state, due_at, id); PostgreSQL cannot use the index for the
+        # OR and would scan every pending wake of the lane for every candidate.
+        lane = self.model._default_manager.filter(state=PENDING, serial_key=OuterRef("serial_key"))
+        earlier_due = lane.filter(due_at__lt=OuterRef("due_at"))
+        same_due_lower_id = lane.filter(due_at=OuterRef("due_at"), id__lt=OuterRef("id"))
+        return self.filter(Q(serial_key__isnull=True) | (~Exists(earlier_due) & ~Exists(same_due_lower_id)))
 
     def claimable(self, now: datetime, kinds: Iterable[str]) -> WakeQuerySet:
         """Due wakes a runner may claim now: a registered kind, at the head of a free lane."""

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from types import FrameType
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from . import clock, engine, push
 from .conf import wakes_settings
@@ -45,6 +45,7 @@ class Runner:
         gc_every: timedelta | None = timedelta(hours=1),
         lanes: list[str] | None = None,
         shutdown_timeout: float = 30.0,
+        settle_window: float = 0.05,
         runner_id: str | None = None,
     ) -> None:
         self.interval = interval if interval is not None else wakes_settings.poll_interval
@@ -55,6 +56,7 @@ class Runner:
         self.gc_every = gc_every
         self.lanes = lanes
         self.shutdown_timeout = shutdown_timeout
+        self.settle_window = settle_window
         self.runner_id = runner_id or engine.default_runner_id()
         self.stopping = threading.Event()
         # Set only when run() is done with the wakes in hand: the heartbeat outlives stop(), so a
@@ -63,8 +65,10 @@ class Runner:
         self._wakeup = threading.Event()
         self._in_hand: dict[int, Claim] = {}
         self._in_hand_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: set[Future[None]] = set()
+        # --concurrency > 1: claimed wakes wait in this queue for the fire threads (each keeps its own
+        # database connection for its whole life). unfinished_tasks counts queued + firing wakes.
+        self._queue: queue.Queue[Claim | None] = queue.Queue()
+        self._workers: list[threading.Thread] = []
         # The first gc comes a minute after boot (or sooner if gc_every is shorter), so a runner
         # that is restarted more often than gc_every still collects.
         first_gc = 60.0 if gc_every is None else min(60.0, gc_every.total_seconds())
@@ -114,20 +118,52 @@ class Runner:
     # -- one pass --------------------------------------------------------------------------------
 
     def run_once(self) -> RunReport:
-        """Claim one batch and fire it here (sequentially); used by ``--once`` and the demo."""
-        close_old_connections()
+        """Claim one batch and fire it here, one wake after another; used by ``--once`` and the demo.
+
+        Sinks that return normally are settled together, in one transaction per ``settle_window``
+        seconds (and at the end of the batch): one commit for many wakes. Until then they stay in
+        hand, leases renewed by the heartbeat; a crash before the flush re-drives them (at-least-once).
+        Failures, retries and defers are written down at once.
+        """
+        drop_broken_connections()
         report = RunReport()
         claims = self._claim(self.batch)
         report.claimed = len(claims)
+        unsettled: list[engine.Succeeded] = []
+        window_ends = 0.0
         for claim in claims:
             if self.stopping.is_set():
                 self._release(claim)
                 continue
-            report.add(claim.wake.pk, self._fire(claim))
+            ran = engine.run_sink(claim)
+            if isinstance(ran, engine.Succeeded):
+                if not unsettled:
+                    window_ends = time.monotonic() + self.settle_window
+                unsettled.append(ran)
+            else:
+                self._settled(claim, ran, report)
+            if unsettled and time.monotonic() >= window_ends:
+                self._flush(unsettled, report)
+                unsettled = []
+        self._flush(unsettled, report)
         if len(claims) < self.batch:
             self._observe_unwakeable()
         report.next_at = engine.next_due_at()
         return report
+
+    def _flush(self, unsettled: list[engine.Succeeded], report: RunReport) -> None:
+        for done, outcome in zip(unsettled, engine.settle_successes(unsettled), strict=True):
+            self._settled(done.claim, outcome, report)
+
+    def _settled(self, claim: Claim, outcome: engine.FireOutcome, report: RunReport | None = None) -> None:
+        with self._in_hand_lock:
+            self._in_hand.pop(claim.wake.pk, None)
+            if outcome.outcome in ("fired", "expired", "stopped"):
+                self.fired += 1
+            elif outcome.outcome in ("failed", "retry", "dead"):
+                self.failed += 1
+        if report is not None:
+            report.add(claim.wake.pk, outcome)
 
     def _claim(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
@@ -148,14 +184,11 @@ class Runner:
     def _fire(self, claim: Claim) -> engine.FireOutcome:
         try:
             outcome = engine.fire(claim)
-        finally:
+        except BaseException:
             with self._in_hand_lock:
                 self._in_hand.pop(claim.wake.pk, None)
-        with self._in_hand_lock:  # concurrent fire threads count here too
-            if outcome.outcome in ("fired", "expired", "stopped"):
-                self.fired += 1
-            elif outcome.outcome in ("failed", "retry", "dead"):
-                self.failed += 1
+            raise
+        self._settled(claim, outcome)
         return outcome
 
     def _release(self, claim: Claim) -> None:
@@ -175,7 +208,12 @@ class Runner:
             listener = push.Listener(alias, self.nudge)
             listener.start()
         if self.concurrency > 1:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="django-wakes-fire")
+            self._workers = [
+                threading.Thread(target=self._fire_worker, name=f"django-wakes-fire-{n}", daemon=True)
+                for n in range(self.concurrency)
+            ]
+            for worker in self._workers:
+                worker.start()
         try:
             self._register()
             heartbeat.start()
@@ -198,8 +236,8 @@ class Runner:
             self.stopping.set()
             self._finished.set()
             self._wakeup.set()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+            for _ in self._workers:
+                self._queue.put(None)
             self._deregister()
             connections.close_all()
 
@@ -207,29 +245,40 @@ class Runner:
         """Run one pass; return the next known due time and whether to go again at once."""
         self._planned = None
         self._wakeup.clear()
-        if self._pool is None:
+        if not self._workers:
             report = self.run_once()
             return report.next_at, report.claimed >= self.batch
-        close_old_connections()
-        self._futures = {f for f in self._futures if not f.done()}
-        free = self.concurrency - len(self._futures)
-        claims = self._claim(min(free, self.batch)) if free > 0 else []
-        for claim in claims:
-            future = self._pool.submit(self._fire_in_thread, claim)
-            self._futures.add(future)
-            future.add_done_callback(lambda f: self._wakeup.set())
-        self._futures = {f for f in self._futures if not f.done()}
-        full = len(self._futures) >= self.concurrency
-        if full:  # wait for a free slot before claiming more
-            wait(self._futures, timeout=self.interval, return_when=FIRST_COMPLETED)
+        drop_broken_connections()
+        if self._queue.unfinished_tasks >= self.concurrency:
+            self._wakeup.wait(self.interval)  # every fire thread is busy; one finishing sets _wakeup
             return None, True
-        if len(claims) < min(free, self.batch):
+        claims = self._claim(self.batch)
+        for claim in claims:
+            self._queue.put(claim)
+        if len(claims) < self.batch:
             self._observe_unwakeable()
-        return engine.next_due_at(), bool(claims) and len(claims) >= free
+        if claims:
+            return None, True
+        return engine.next_due_at(), False
 
-    def _fire_in_thread(self, claim: Claim) -> None:
+    def _fire_worker(self) -> None:
+        """Fire claims from the queue until told to stop; unstarted claims are handed back on shutdown."""
         try:
-            self._fire(claim)
+            while True:
+                claim = self._queue.get()
+                try:
+                    if claim is None:
+                        return
+                    if self.stopping.is_set():
+                        self._release(claim)
+                    else:
+                        self._fire(claim)
+                except Exception:  # the lease lapses and another pass re-drives it
+                    logger.exception("firing wake %s crashed its fire thread's step", claim.wake.pk if claim else "?")
+                    drop_broken_connections()
+                finally:
+                    self._queue.task_done()
+                    self._wakeup.set()
         finally:
             connections.close_all()
 
@@ -244,9 +293,15 @@ class Runner:
         self._wakeup.wait(seconds)
 
     def _drain(self) -> None:
-        if self._futures:
-            logger.info("waiting for %d wake(s) in hand", len(self._futures))
-            wait(self._futures, timeout=self.shutdown_timeout)
+        """Wait (at most ``shutdown_timeout``) for the fire threads to finish or hand back their claims."""
+        if not self._workers:
+            return
+        logger.info("waiting for %d wake(s) in hand", self._queue.unfinished_tasks)
+        for _ in self._workers:
+            self._queue.put(None)
+        deadline = time.monotonic() + self.shutdown_timeout
+        for worker in self._workers:
+            worker.join(max(deadline - time.monotonic(), 0.0))
 
     def _maybe_gc(self) -> None:
         gc_after = wakes_settings.gc_after
@@ -310,3 +365,17 @@ def stale_after(lease: timedelta | None = None) -> timedelta:
     """A runner whose heartbeat is older than this is presumed dead."""
     lease = lease or wakes_settings.lease
     return timedelta(seconds=max(3 * min(lease.total_seconds() / 3, 10.0), 5.0))
+
+
+def drop_broken_connections() -> None:
+    """Close this thread's database connections that errored and are no longer usable.
+
+    Unlike ``close_old_connections()``, a healthy connection is kept whatever ``CONN_MAX_AGE`` says:
+    a runner is one long-lived client, and reconnecting every pass costs milliseconds of latency.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.in_atomic_block and conn.errors_occurred:
+            if not conn.is_usable():
+                conn.close()
+            else:
+                conn.errors_occurred = False
