@@ -539,3 +539,37 @@ def test_a_sink_outliving_its_lease_is_fenced_in_the_run_report(clock, sinks, le
     assert row(wake).state == State.FIRED
     assert [(a.runner_id, a.outcome) for a in attempts_of(wake)] == [("A", Outcome.INTERRUPTED), ("B", Outcome.FIRED)]
     assert len(calls) == 2
+
+
+def test_a_batch_of_successes_settles_together_and_fences_a_taken_over_wake(clock, sinks):
+    """settle_successes() writes a batch in one go, but a wake another runner took over stays theirs."""
+    calls = sinks(KIND)
+    first, taken, third = (engine.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3))
+    expiring = engine.watch(workspace_id=WS, kind=KIND, event_key="never", expires_in="1s")
+    clock.advance("1s")
+    claims = engine.claim_batch(runner_id="A")
+    assert sorted(c.wake.pk for c in claims) == sorted([first.pk, taken.pk, third.pk, expiring.pk])
+    done = [engine.run_sink(c) for c in claims]
+    assert all(isinstance(d, engine.Succeeded) for d in done)
+
+    clock.advance("1h")  # A stalls past its lease before settling; B re-drives `taken` only
+    (takeover,) = engine.claim_batch(runner_id="B", limit=1)
+    assert takeover.takeover
+    assert engine.fire(takeover).settled
+
+    outcomes = {d.claim.wake.pk: o.outcome for d, o in zip(done, engine.settle_successes(done), strict=True)}
+    victim = takeover.wake.pk
+    assert outcomes.pop(victim) == "fenced"
+    assert set(outcomes.values()) <= {Outcome.FIRED, Outcome.EXPIRED}
+    assert outcomes[expiring.pk] == Outcome.EXPIRED and row(expiring).state == State.EXPIRED
+    for pk in outcomes:
+        assert Wake.objects.get(pk=pk).state in (State.FIRED, State.EXPIRED)
+        assert [(a.number, a.runner_id, a.outcome) for a in WakeAttempt.objects.filter(wake_id=pk)] == [
+            (1, "A", outcomes[pk])
+        ]
+    assert [(a.runner_id, a.outcome) for a in WakeAttempt.objects.filter(wake_id=victim)] == [
+        ("A", Outcome.INTERRUPTED),
+        ("B", Outcome.FIRED),
+    ]
+    assert row(Wake.objects.get(pk=victim)).claimed_by == "B"
+    assert len(calls) == 5  # four sinks by A, the re-drive by B
