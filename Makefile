@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) manage.py makemigrations django_wakes --check --dry-run
 
-## bench: the benchmark (benchmarks/README.md), in its own venv benchmarks/.env with the peers; ~15-20 min.
+## bench: the benchmark (benchmarks/README.md), in its own venv benchmarks/.env with the peers; ~8-15 min.
 ## Knobs: BENCH_QUICK=1 for a smoke run, BENCH_N, BENCH_DBS, BENCH_ONLY, ... (see benchmarks/README.md)
 bench:
 	@if [ ! -f benchmarks/.env/.installed ] || [ pyproject.toml -nt benchmarks/.env/.installed ]; then \

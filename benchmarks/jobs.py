@@ -147,9 +147,17 @@ def count_state(state: str) -> int:
 
 
 def step_prepare(args: argparse.Namespace) -> dict[str, Any]:
-    """Empty the tables and insert ``n`` due-now wakes (for the throughput runs)."""
+    """Empty the tables and insert ``n`` due-now wakes (for the throughput runs).
+
+    On PostgreSQL the table is then ANALYZEd: otherwise the planner works from whatever statistics
+    autovacuum last took (often of the previous run's all-``fired`` table), and a run's figure would
+    depend on when autovacuum happens to wake up. That stale-statistics case is measured on its own
+    by ``lane-backlog``.
+    """
     reset()
     seed(args.n, lanes=args.lanes)
+    if vendor() == "postgresql":
+        analyze()
     return {"seeded": args.n, "lanes": args.lanes}
 
 
@@ -160,15 +168,18 @@ def step_reset(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_span(args: argparse.Namespace) -> dict[str, Any]:
     """First claim to last settle, as recorded by the runners themselves, and a state census."""
-    from django.db.models import Count, Max, Min
+    from django.db.models import Count, Max, Min, Sum
 
     from django_wakes.models import Wake, WakeAttempt
 
-    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("fired_at"))
+    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("fired_at"), claims=Sum("attempts"))
     states = dict(Wake.objects.values_list("state").annotate(n=Count("id")).order_by())
     attempts = WakeAttempt.objects.count()
+    attempted_wakes = WakeAttempt.objects.values("wake_id").distinct().count()
     span = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
-    return {"span_s": span, "states": states, "attempts": attempts}
+    # claims: Wake.attempts summed (one per claim; a re-drive after a lapsed lease would add one)
+    return {"span_s": span, "states": states, "attempts": attempts, "attempted_wakes": attempted_wakes,
+            "claims": agg["claims"] or 0}
 
 
 def _time_claim_passes(reps: int, due_per_rep: int) -> dict[str, float]:
@@ -197,15 +208,29 @@ def _time_claim_passes(reps: int, due_per_rep: int) -> dict[str, float]:
     }
 
 
-def _candidates(due: int, reps: int) -> dict[str, float]:
-    """The candidate query alone, shipped vs the proposed split lane-head test (benchmarks.proposal)."""
-    from benchmarks.proposal import time_candidates
+def time_candidates(reps: int, limit: int = 100) -> float:
+    """Median time (ms) of claim_batch's candidate query: the ids of up to ``limit`` claimable wakes."""
+    from django_wakes import clock
+    from django_wakes.models import Wake
+    from django_wakes.sinks import registry
+
+    times = []
+    for _ in range(reps):
+        qs = Wake.objects.claimable(clock.now(), registry.kinds()).values_list("id", flat=True)[:limit]
+        t0 = time.perf_counter()
+        list(qs)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def _candidates(due: int, reps: int) -> float:
+    """The candidate query alone over ``due`` due rows (then fired, to clear them)."""
     from django_wakes import engine
 
     seed(due, lanes=5, lane_every=2, in_seconds=-1)
-    times = time_candidates(reps)
+    ms = time_candidates(reps)
     engine.run_due(runner_id="bench-claim", limit=100)
-    return times
+    return ms
 
 
 def _explain(due: int) -> str:
@@ -245,6 +270,119 @@ def step_claim(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def step_claim_one(args: argparse.Namespace) -> dict[str, Any]:
+    """Median time of ``claim_batch`` when exactly one wake is due (the push path's claim)."""
+    from django_wakes import engine
+
+    reset()
+    times = []
+    for i in range(args.reps + 3):
+        seed(1, in_seconds=-0.001)
+        t0 = time.perf_counter()
+        claims = engine.claim_batch(runner_id="bench-claim-one", limit=100)
+        elapsed = time.perf_counter() - t0
+        assert len(claims) == 1, (i, len(claims))
+        engine.fire(claims[0])
+        if i >= 3:  # warm-up
+            times.append(elapsed)
+    return {"reps": args.reps, "claim_ms": statistics.median(times) * 1000, "claim_ms_min": min(times) * 1000}
+
+
+def _busy_lanes(k: int) -> None:
+    """Put the head of ``k`` lanes in hand (``firing``, lane locked), as a runner's in-flight wakes are."""
+    from django_wakes.models import Wake
+
+    heads = Wake.objects.filter(serial_key__isnull=False).order_by("due_at", "id").values_list("id", "serial_key")
+    for pk, lane in heads[:k]:
+        Wake.objects.filter(pk=pk).update(state="firing", lane_lock=lane)
+
+
+def _autovacuum(on: bool) -> None:
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            if on:
+                cursor.execute("ALTER TABLE django_wakes_wake RESET (autovacuum_enabled)")
+            else:
+                cursor.execute("ALTER TABLE django_wakes_wake SET (autovacuum_enabled = false)")
+
+
+def step_lane_backlog(args: argparse.Namespace) -> dict[str, Any]:
+    """The candidate query over ``n`` due wakes spread over ``lanes`` lanes (a due backlog).
+
+    Four cases: every lane free, or ``busy`` lanes in hand (fewer lane heads than the limit of 100
+    are claimable, so the query cannot stop early: what a ``--concurrency`` runner meets on every
+    pass); each with fresh statistics (ANALYZE after the insert) and with stale ones (ANALYZE while
+    the same rows were all ``fired``, as autovacuum typically leaves a table between bursts; the
+    table's autovacuum is off meanwhile so it cannot refresh them under the measurement).
+    """
+    from django_wakes.models import Wake
+
+    out: dict[str, Any] = {"n": args.n, "lanes": args.lanes, "busy": args.busy}
+    reset()
+    seed(args.n, lanes=args.lanes)
+    analyze()
+    out["fresh_free_ms"] = time_candidates(args.reps)
+    _busy_lanes(args.busy)
+    out["fresh_busy_ms"] = time_candidates(args.reps)
+    _autovacuum(False)
+    try:
+        reset()
+        seed(args.n, lanes=args.lanes)
+        Wake.objects.update(state="fired")
+        analyze()
+        reset()
+        seed(args.n, lanes=args.lanes)
+        out["stale_free_ms"] = time_candidates(args.stale_reps)
+        _busy_lanes(args.busy)
+        out["stale_busy_ms"] = time_candidates(args.stale_reps)
+    finally:
+        reset()
+        _autovacuum(True)
+    return out
+
+
+def step_pass_stats(args: argparse.Namespace) -> dict[str, Any]:
+    """Whole in-process runner passes (``Runner.run_once``, a batch each) over ``n`` due wakes, no lanes.
+
+    Once with fresh statistics and once with stale ones (ANALYZEd while the same rows were all
+    ``fired``, autovacuum off meanwhile), like the stale case of ``lane-backlog``.
+    """
+    import logging
+
+    from django_wakes.models import Wake
+    from django_wakes.runner import Runner
+
+    logging.getLogger("django_wakes").setLevel(logging.WARNING)  # 2 x reps x 100 INFO lines otherwise
+    out: dict[str, Any] = {"n": args.n, "reps": args.reps}
+    _autovacuum(False)
+    try:
+        for stats in ("fresh", "stale"):
+            reset()
+            if stats == "stale":
+                seed(args.n)
+                Wake.objects.update(state="fired")
+                analyze()
+                reset()
+            seed(args.n)
+            if stats == "fresh":
+                analyze()
+            runner = Runner(interval=1.0, listen=False, gc_every=None)
+            runner.run_once()  # warm-up
+            times = []
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                runner.run_once()
+                times.append(time.perf_counter() - t0)
+            out[f"{stats}_pass_ms"] = statistics.median(times) * 1000
+            out[f"{stats}_batch"] = runner.batch
+    finally:
+        reset()
+        _autovacuum(True)
+    return out
+
+
 def step_rss(args: argparse.Namespace) -> dict[str, Any]:
     """Fire ``n`` wakes with an in-process :class:`Runner` loop; VmRSS after ``first`` and after ``n``."""
     from django.db import connections
@@ -253,6 +391,8 @@ def step_rss(args: argparse.Namespace) -> dict[str, Any]:
 
     reset()
     seed(args.n)
+    if vendor() == "postgresql":
+        analyze()  # as in step_prepare: fresh statistics, not autovacuum's timing (see step_pass_stats)
     connections.close_all()
     runner = Runner(interval=1.0, listen=False, gc_every=None)
     thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
@@ -324,30 +464,30 @@ def main() -> None:
     p.add_argument("--large", type=int, default=1_000_000)
     p.add_argument("--due", type=int, default=10)
     p.add_argument("--reps", type=int, default=15)
+    p = sub.add_parser("pass-stats")
+    p.add_argument("--n", type=int, default=100_000)
+    p.add_argument("--reps", type=int, default=20)
     p = sub.add_parser("rss")
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--first", type=int, default=1_000)
-    p = sub.add_parser("ab")
-    p.add_argument("--n", type=int, default=5_000)
-    p.add_argument("--lanes", type=int, default=0)
-    p = sub.add_parser("claim-ab")
+    p = sub.add_parser("claim-one")
     p.add_argument("--reps", type=int, default=30)
-    p = sub.add_parser("lanes-ab")
+    p = sub.add_parser("lane-backlog")
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--lanes", type=int, default=100)
+    p.add_argument("--busy", type=int, default=3)
     p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--stale-reps", type=int, default=3)
     p = sub.add_parser("create")
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--gap", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     setup()
-    from benchmarks.proposal import step_ab, step_claim_ab, step_lanes_ab
-
     step = {
-        "ab": step_ab,
-        "claim-ab": step_claim_ab,
-        "lanes-ab": step_lanes_ab,
+        "claim-one": step_claim_one,
+        "lane-backlog": step_lane_backlog,
+        "pass-stats": step_pass_stats,
         "prepare": step_prepare,
         "reset": step_reset,
         "span": step_span,

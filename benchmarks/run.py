@@ -50,7 +50,7 @@ LANES = knob("BENCH_LANES", 100)
 DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
 ONLY = {
     s.strip()
-    for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss,proposals").split(",")
+    for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss").split(",")
     if s.strip()
 }
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
@@ -60,8 +60,7 @@ CLAIM_SMALL = knob("BENCH_CLAIM_SMALL", 10_000, 1_000)
 CLAIM_LARGE = knob("BENCH_CLAIM_LARGE", 1_000_000, 100_000)
 CLAIM_REPS = knob("BENCH_CLAIM_REPS", 15, 5)
 CONCURRENCY = knob("BENCH_CONCURRENCY", 4)
-CONCURRENCY_N = knob("BENCH_CONCURRENCY_N", 2_000, 500)  # that run is slow: fewer wakes
-AB_N = knob("BENCH_AB_N", 5_000, 1_000)
+CONCURRENCY_N = knob("BENCH_CONCURRENCY_N", N)
 # (runner processes, lanes, --concurrency) of the fire-throughput runs
 FIRE_CONFIGS = [(1, 0, 1), (2, 0, 1), (1, LANES, 1), (2, LANES, 1)]
 if CONCURRENCY > 1:
@@ -288,6 +287,8 @@ def throughput(db: Db, runners: int, lanes: int, concurrency: int = 1) -> dict[s
     job(db, "prepare", "--n", n, "--lanes", lanes)
     db.close()
     tag = f"runwakes-{db.vendor}-{runners}r-{lanes}l-c{concurrency}"
+    log = LOGS / f"{tag}.log"
+    log_from = log.stat().st_size if log.exists() else 0
     argv = [PY, "manage.py", "runwakes"] + (["--concurrency", str(concurrency)] if concurrency > 1 else [])
 
     def starter() -> list[subprocess.Popen[bytes]]:
@@ -298,12 +299,19 @@ def throughput(db: Db, runners: int, lanes: int, concurrency: int = 1) -> dict[s
         0.05 if db.vendor == "postgres" else 0.2,
     )
     span = job(db, "span")
+    with open(log, "rb") as fh:  # what the runners logged in this run only (the log is appended to)
+        fh.seek(log_from)
+        lines = fh.read().decode(errors="replace").splitlines()
     return {
+        "fenced_lines": sum(("taken over" in ln or "fenced" in ln) for ln in lines),
+        "rolled_back_lines": sum("rolled back" in ln for ln in lines),
+        "error_lines": sum(("ERROR" in ln or "Traceback" in ln or "WARNING" in ln) for ln in lines),
         "db": db.vendor, "runners": runners, "lanes": lanes, "concurrency": concurrency, "n": n, "fired": count,
         "wall_s": elapsed,
         "rate": count / elapsed, "span_s": span["span_s"],
         "span_rate": count / span["span_s"] if span["span_s"] else None,
-        "states": span["states"], "attempts": span["attempts"],
+        "states": span["states"], "attempts": span["attempts"], "attempted_wakes": span["attempted_wakes"],
+        "claims": span["claims"],
     }
 
 
@@ -351,14 +359,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
-def latency(db: Db, listen: bool, **settings_env: str) -> dict[str, Any]:
+def latency(db: Db, listen: bool) -> dict[str, Any]:
     """Due-to-fire latency of due-now wakes created one at a time by another process."""
     job(db, "reset")
     db.close()
-    mode = ("push" if listen else "poll") + ("-" + "-".join(settings_env) if settings_env else "")
+    mode = "push" if listen else "poll"
     stamps = DATA / f"stamps-{mode}.txt"
     stamps.unlink(missing_ok=True)
-    env = child_env(db.url, BENCH_STAMP_FILE=str(stamps), **settings_env)
+    env = child_env(db.url, BENCH_STAMP_FILE=str(stamps))
     argv = [PY, "manage.py", "runwakes"] + ([] if listen else ["--no-listen"])
     runner = start(argv, env, f"latency-{mode}")
     try:
@@ -454,8 +462,8 @@ def main() -> int:
     DATA.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(), "knobs": {
         "N": N, "lanes": LANES, "dbs": DBS, "only": sorted(ONLY), "lat_n": LAT_N, "claim_small": CLAIM_SMALL,
-        "claim_large": CLAIM_LARGE, "rss_n": RSS_N, "rss_first": RSS_FIRST, "rss_db": RSS_DB,
-        "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
+        "claim_large": CLAIM_LARGE, "concurrency": CONCURRENCY, "concurrency_n": CONCURRENCY_N, "rss_n": RSS_N,
+        "rss_first": RSS_FIRST, "rss_db": RSS_DB, "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
     }}
     m = results["machine"]
     say("django-wakes benchmark")
@@ -485,8 +493,14 @@ def main() -> int:
                     r = throughput(db, runners, lanes, conc)
                     results["throughput"].append(r)
                     lanes_txt = f"{lanes} lanes" if lanes else "no lanes"
-                    check = "" if r["attempts"] == r["n"] and r["states"] == {"fired": r["n"]} else \
-                        f"  (!) states={r['states']} attempts={r['attempts']}"
+                    exact = r["states"] == {"fired": r["n"]} and r["attempts"] == r["attempted_wakes"] == r["n"] \
+                        and r["claims"] == r["n"]
+                    r["exactly_once"] = exact
+                    check = "" if exact else (f"  (!) states={r['states']} attempts={r['attempts']} "
+                                              f"(for {r['attempted_wakes']} wakes) claims={r['claims']}")
+                    noisy = {k: r[k] for k in ("fenced_lines", "rolled_back_lines", "error_lines") if r[k]}
+                    if noisy:
+                        check += f"  (!) runner log: {noisy}"
                     conc_txt = f" --concurrency {conc}" if conc > 1 else ""
                     say(f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}{conc_txt}: "
                         f"{r['rate']:7,.0f} wakes/s  ({r['n']:,} in {r['wall_s']:.1f}s from launch; "
@@ -515,15 +529,26 @@ def main() -> int:
                 say(f"  whole run_due pass:            {cl['at_small']['run_due_ms']:.2f} ms vs "
                     f"{cl['at_large']['run_due_ms']:.2f} ms: ratio {cl['run_due_ratio']:.2f}")
                 cs, cg = cl["candidates_small"], cl["candidates_large"]
-                cl["candidates_ratio"] = cg["shipped_ms"] / cs["shipped_ms"]
-                cl["split_ratio"] = cg["split_ms"] / cs["split_ms"]
-                say(f"  candidate query alone:         {cs['shipped_ms']:.2f} ms vs {cg['shipped_ms']:.2f} ms: "
-                    f"ratio {cl['candidates_ratio']:.2f}")
-                say(f"  ...with the proposed split lane-head test: {cs['split_ms']:.2f} ms vs {cg['split_ms']:.2f} ms: "
-                    f"ratio {cl['split_ratio']:.2f}  (prototype, benchmarks/proposal.py)")
+                cl["candidates_ratio"] = cg / cs
+                say(f"  candidate query alone:         {cs:.2f} ms vs {cg:.2f} ms: ratio {cl['candidates_ratio']:.2f}")
                 say(f"  claim query plan with {CLAIM_LARGE:,} pending future rows:")
                 for line in cl["explain_large"].splitlines():
                     say(f"    {line}")
+                one = job(db, "claim-one", log="claim")
+                cl["claim_one"] = one
+                say(f"  claim_batch with exactly one due wake (the push path): {one['claim_ms']:.2f} ms "
+                    f"(median of {one['reps']})")
+                busy = max(CONCURRENCY - 1, 1)
+                backlog = job(db, "lane-backlog", "--n", N, "--lanes", LANES, "--busy", busy, log="claim")
+                cl["lane_backlog"] = backlog
+                say(f"  candidate query over a due backlog of {N:,} wakes in {LANES} lanes, fresh statistics: "
+                    f"{backlog['fresh_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['fresh_busy_ms']:.2f} ms")
+                say(f"  ...the same with stale statistics (ANALYZEd while all fired): "
+                    f"{backlog['stale_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['stale_busy_ms']:.2f} ms")
+                ps = job(db, "pass-stats", "--n", RSS_N, log="claim")
+                cl["pass_stats"] = ps
+                say(f"  in-process runner pass ({ps['fresh_batch']} wakes, no lanes) over {RSS_N:,} due wakes: "
+                    f"{ps['fresh_pass_ms']:.1f} ms with fresh statistics, {ps['stale_pass_ms']:.1f} ms with stale ones")
             if vendor == "postgres" and "latency" in ONLY:
                 results["latency"] = []
                 for listen in (True, False):
@@ -533,29 +558,6 @@ def main() -> int:
                     label = "push (LISTEN/NOTIFY)" if listen else "poll only (--no-listen, 1s interval)"
                     say(f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
                         f"max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)")
-            if "proposals" in ONLY:
-                note(f"{vendor}: shipped per-wake settle vs batched-settle prototype, in-process")
-                ab = job(db, "ab", "--n", AB_N, log="proposal")
-                results.setdefault("proposals", {})[f"{vendor}_settle"] = ab
-                say(f"  in-process fire rate, shipped per-wake settle: {ab['shipped_best']:,.0f}/s; batched-settle "
-                    f"prototype: {ab['batched_best']:,.0f}/s ({ab['batched_best'] / ab['shipped_best']:.1f}x)")
-                if vendor == "postgres":
-                    ca = job(db, "claim-ab", log="proposal")
-                    results["proposals"]["claim_one"] = ca
-                    say(f"  claiming one due wake: shipped claim_batch {ca['shipped_claim_ms']:.2f} ms; one-statement "
-                        f"UPDATE ... RETURNING prototype {ca['one_statement_claim_ms']:.2f} ms")
-                    la = job(db, "lanes-ab", "--n", N, "--lanes", LANES, log="proposal")
-                    results["proposals"]["lane_backlog"] = la
-                    say(f"  candidate query, {N:,} due wakes in {LANES} lanes: shipped "
-                        f"{la['now']['shipped_ms']:.1f} ms; split lane-head test {la['now']['split_ms']:.1f} ms; "
-                        f"split + index (state, due_at, id) "
-                        f"{la['with_index']['split_ms']:.1f} ms (shipped query + that index "
-                        f"{la['with_index']['shipped_ms']:.1f} ms)")
-                    if "latency" in ONLY:
-                        lat = latency(db, True, BENCH_CONN_MAX_AGE="None")
-                        results["proposals"]["push_persistent_connection"] = lat
-                        say(f"  push latency with CONN_MAX_AGE=None (no reconnect per pass): p50 {lat['p50_ms']:.1f} "
-                            f"ms, p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms")
             if vendor == RSS_DB and "rss" in ONLY:
                 note(f"{vendor}: runner RSS over {RSS_N:,} fires (in-process Runner loop)")
                 rss = job(db, "rss", "--n", RSS_N, "--first", RSS_FIRST, log="rss")
