@@ -957,12 +957,16 @@ def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: li
         report.add(claim.wake.pk, fire(claim))
     kinds = registry.kinds()
     if len(claims) < limit:
-        rows = list(
-            Wake.objects.using(db_alias()).unwakeable(clock.now(), kinds).values_list("id", "kind")[:100]
-        )
-        unwakeable_log.observe(rows)
+        observe_unwakeable(kinds)
     report.next_at = next_due_at(kinds)
     return report
+
+
+def observe_unwakeable(kinds: list[str] | None = None) -> None:
+    """Warn once (then DEBUG) about due wakes no registered sink can fire; they stay due, untouched."""
+    kinds = registry.kinds() if kinds is None else kinds
+    rows = Wake.objects.using(db_alias()).unwakeable(clock.now(), kinds).values_list("id", "kind")[:100]
+    unwakeable_log.observe(list(rows))
 
 
 def recover(*, runner_id: str | None = None, lease: timedelta | None = None) -> int:

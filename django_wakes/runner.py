@@ -26,7 +26,6 @@ from .conf import wakes_settings
 from .engine import Claim, RunReport
 from .models import Runner as RunnerRow
 from .models import State, Wake
-from .sinks import registry
 
 logger = logging.getLogger("django_wakes")
 
@@ -147,7 +146,7 @@ class Runner:
                 unsettled = []
         self._flush(unsettled, report)
         if len(claims) < self.batch:
-            self._observe_unwakeable()
+            engine.observe_unwakeable()
         report.next_at = engine.next_due_at()
         return report
 
@@ -175,11 +174,6 @@ class Runner:
         if takeovers:
             logger.info("re-driving %d wake(s) whose lease had lapsed", takeovers)
         return claims
-
-    def _observe_unwakeable(self) -> None:
-        """Warn once (then DEBUG) about due wakes no registered sink can fire; they stay due."""
-        rows = Wake.objects.using(engine.db_alias()).unwakeable(clock.now(), registry.kinds())
-        engine.unwakeable_log.observe(list(rows.values_list("id", "kind")[:100]))
 
     def _fire(self, claim: Claim) -> engine.FireOutcome:
         try:
@@ -256,7 +250,7 @@ class Runner:
         for claim in claims:
             self._queue.put(claim)
         if len(claims) < self.batch:
-            self._observe_unwakeable()
+            engine.observe_unwakeable()
         if claims:
             return None, True
         return engine.next_due_at(), False
