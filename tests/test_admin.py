@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,6 @@ from django.urls import reverse
 from django_wakes import clock, engine
 from django_wakes.models import Outcome, Receipt, ReceiptState, Runner, State, TriggerType, Wake, WakeAttempt
 from django_wakes.runner import stale_after
-from django_wakes.sinks import registry
 from django_wakes.testing import fake_clock
 
 pytestmark = pytest.mark.django_db
@@ -24,19 +22,11 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 CHANGELIST = "admin:django_wakes_wake_changelist"
 
 
-def _noop_sink(wake: Any, result: dict[str, Any]) -> None:
-    return None
-
-
 @pytest.fixture(autouse=True)
-def kind() -> Iterator[str]:
-    """Register this module's sink kind, and forget it afterwards."""
-    registry.register(KIND, _noop_sink, replace=True)
-    try:
-        yield KIND
-    finally:
-        if registry.get(KIND) is _noop_sink:
-            registry.unregister(KIND)
+def kind(sinks) -> str:
+    """Register a sink for this module's kind (conftest restores the registry afterwards)."""
+    sinks(KIND)
+    return KIND
 
 
 def make_wake(state: str = State.PENDING, **fields: Any) -> Wake:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +13,6 @@ from django.urls import reverse
 
 from django_wakes import engine
 from django_wakes.models import State, Wake
-from django_wakes.sinks import registry
 from django_wakes.testing import fake_clock
 
 pytestmark = pytest.mark.django_db
@@ -24,19 +22,11 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 WORKSPACE = "team-alice"  # testproject.wakes.authorize lets a user whose name is in the workspace id answer
 
 
-def _noop_sink(wake: Any, result: dict[str, Any]) -> None:
-    return None
-
-
 @pytest.fixture(autouse=True)
-def kind() -> Iterator[str]:
-    """Register this module's sink kind, and forget it afterwards."""
-    registry.register(KIND, _noop_sink, replace=True)
-    try:
-        yield KIND
-    finally:
-        if registry.get(KIND) is _noop_sink:
-            registry.unregister(KIND)
+def kind(sinks) -> str:
+    """Register a sink for this module's kind (conftest restores the registry afterwards)."""
+    sinks(KIND)
+    return KIND
 
 
 def request_approval(**overrides: Any) -> engine.ApprovalRequest:
