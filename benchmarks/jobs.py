@@ -42,9 +42,7 @@ def reset() -> None:
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(
-                "TRUNCATE django_wakes_wakeattempt, django_wakes_wake, django_wakes_runner RESTART IDENTITY"
-            )
+            cursor.execute("TRUNCATE django_wakes_wakeattempt, django_wakes_wake, django_wakes_runner RESTART IDENTITY")
         else:
             for table in ("django_wakes_wakeattempt", "django_wakes_wake", "django_wakes_runner"):
                 cursor.execute(f"DELETE FROM {table}")
@@ -71,8 +69,16 @@ def seed(n: int, *, lanes: int = 0, kind: str = "bench.noop", in_seconds: float 
                 lane = f"lane-{i % lanes}" if lanes and i % lane_every == 0 else None
                 rows.append(
                     Wake(
-                        workspace_id="bench", trigger_type="at", kind=kind, serial_key=lane, state="pending",
-                        fire_at=due, due_at=due, created_at=now, updated_at=now, max_attempts=5,
+                        workspace_id="bench",
+                        trigger_type="at",
+                        kind=kind,
+                        serial_key=lane,
+                        state="pending",
+                        fire_at=due,
+                        due_at=due,
+                        created_at=now,
+                        updated_at=now,
+                        max_attempts=5,
                     )
                 )
             Wake.objects.bulk_create(rows, batch_size=1000)
@@ -172,14 +178,19 @@ def step_span(args: argparse.Namespace) -> dict[str, Any]:
 
     from django_wakes.models import Wake, WakeAttempt
 
-    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("fired_at"), claims=Sum("attempts"))
+    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("settled_at"), claims=Sum("attempts"))
     states = dict(Wake.objects.values_list("state").annotate(n=Count("id")).order_by())
     attempts = WakeAttempt.objects.count()
     attempted_wakes = WakeAttempt.objects.values("wake_id").distinct().count()
     span = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
     # claims: Wake.attempts summed (one per claim; a re-drive after a lapsed lease would add one)
-    return {"span_s": span, "states": states, "attempts": attempts, "attempted_wakes": attempted_wakes,
-            "claims": agg["claims"] or 0}
+    return {
+        "span_s": span,
+        "states": states,
+        "attempts": attempts,
+        "attempted_wakes": attempted_wakes,
+        "claims": agg["claims"] or 0,
+    }
 
 
 def _time_claim_passes(reps: int, due_per_rep: int) -> dict[str, float]:
@@ -344,7 +355,7 @@ def step_lane_backlog(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_pass_stats(args: argparse.Namespace) -> dict[str, Any]:
-    """Whole in-process runner passes (``Runner.run_once``, a batch each) over ``n`` due wakes, no lanes.
+    """Whole in-process runner passes (``Sweeper.run_once``, a batch each) over ``n`` due wakes, no lanes.
 
     Once with fresh statistics and once with stale ones (ANALYZEd while the same rows were all
     ``fired``, autovacuum off meanwhile), like the stale case of ``lane-backlog``.
@@ -352,7 +363,7 @@ def step_pass_stats(args: argparse.Namespace) -> dict[str, Any]:
     import logging
 
     from django_wakes.models import Wake
-    from django_wakes.runner import Runner
+    from django_wakes.runner import Sweeper
 
     logging.getLogger("django_wakes").setLevel(logging.WARNING)  # 2 x reps x 100 INFO lines otherwise
     out: dict[str, Any] = {"n": args.n, "reps": args.reps}
@@ -368,7 +379,7 @@ def step_pass_stats(args: argparse.Namespace) -> dict[str, Any]:
             seed(args.n)
             if stats == "fresh":
                 analyze()
-            runner = Runner(interval=1.0, listen=False, gc_every=None)
+            runner = Sweeper(interval=1.0, listen=False, gc_every=None)
             runner.run_once()  # warm-up
             times = []
             for _ in range(args.reps):
@@ -384,17 +395,17 @@ def step_pass_stats(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_rss(args: argparse.Namespace) -> dict[str, Any]:
-    """Fire ``n`` wakes with an in-process :class:`Runner` loop; VmRSS after ``first`` and after ``n``."""
+    """Fire ``n`` wakes with an in-process :class:`Sweeper` loop; VmRSS after ``first`` and after ``n``."""
     from django.db import connections
 
-    from django_wakes.runner import Runner
+    from django_wakes.runner import Sweeper
 
     reset()
     seed(args.n)
     if vendor() == "postgresql":
         analyze()  # as in step_prepare: fresh statistics, not autovacuum's timing (see step_pass_stats)
     connections.close_all()
-    runner = Runner(interval=1.0, listen=False, gc_every=None)
+    runner = Sweeper(interval=1.0, listen=False, gc_every=None)
     thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
     rss_before = vm_rss_kib()
     t0 = time.perf_counter()

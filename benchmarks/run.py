@@ -48,11 +48,7 @@ def knob(name: str, default: Any, quick: Any = None) -> Any:
 N = knob("BENCH_N", 10_000, 1_000)
 LANES = knob("BENCH_LANES", 100)
 DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
-ONLY = {
-    s.strip()
-    for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss").split(",")
-    if s.strip()
-}
+ONLY = {s.strip() for s in knob("BENCH_ONLY", "ceiling,throughput,peers,latency,claim,rss").split(",") if s.strip()}
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 LAT_N = knob("BENCH_LAT_N", 300, 50)
 LAT_GAP = knob("BENCH_LAT_GAP", 0.03)
@@ -254,8 +250,9 @@ def ceiling(db: Db, seconds: float) -> float:
             conn.execute(
                 "INSERT INTO bench_ceiling (id) SELECT g FROM generate_series(1, %s) g ON CONFLICT DO NOTHING", [rows]
             )
-            return _update_loop(lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", [i]),
-                                rows, seconds)
+            return _update_loop(
+                lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", [i]), rows, seconds
+            )
     # SQLite: the file Django uses, with its journal settings (rollback journal, synchronous=FULL
     # unless the file says otherwise); autocommit, so each UPDATE is its own committed transaction.
     conn = sqlite3.connect(db.path, timeout=30, isolation_level=None)
@@ -266,8 +263,9 @@ def ceiling(db: Db, seconds: float) -> float:
             "(SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?) SELECT i FROM g",
             [rows],
         )
-        return _update_loop(lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = ?", [i]),
-                            rows, seconds)
+        return _update_loop(
+            lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = ?", [i]), rows, seconds
+        )
     finally:
         conn.close()
 
@@ -295,7 +293,9 @@ def throughput(db: Db, runners: int, lanes: int, concurrency: int = 1) -> dict[s
         return [start(argv, child_env(db.url), tag) for _ in range(runners)]
 
     elapsed, count = drain(
-        starter, lambda: db.scalar("SELECT count(*) FROM django_wakes_wake WHERE state = 'fired'"), n,
+        starter,
+        lambda: db.scalar("SELECT count(*) FROM django_wakes_wake WHERE state = 'fired'"),
+        n,
         0.05 if db.vendor == "postgres" else 0.2,
     )
     span = job(db, "span")
@@ -306,11 +306,19 @@ def throughput(db: Db, runners: int, lanes: int, concurrency: int = 1) -> dict[s
         "fenced_lines": sum(("taken over" in ln or "fenced" in ln) for ln in lines),
         "rolled_back_lines": sum("rolled back" in ln for ln in lines),
         "error_lines": sum(("ERROR" in ln or "Traceback" in ln or "WARNING" in ln) for ln in lines),
-        "db": db.vendor, "runners": runners, "lanes": lanes, "concurrency": concurrency, "n": n, "fired": count,
+        "db": db.vendor,
+        "runners": runners,
+        "lanes": lanes,
+        "concurrency": concurrency,
+        "n": n,
+        "fired": count,
         "wall_s": elapsed,
-        "rate": count / elapsed, "span_s": span["span_s"],
+        "rate": count / elapsed,
+        "span_s": span["span_s"],
         "span_rate": count / span["span_s"] if span["span_s"] else None,
-        "states": span["states"], "attempts": span["attempts"], "attempted_wakes": span["attempted_wakes"],
+        "states": span["states"],
+        "attempts": span["attempts"],
+        "attempted_wakes": span["attempted_wakes"],
         "claims": span["claims"],
     }
 
@@ -324,11 +332,19 @@ def peer_tasks_db() -> dict[str, Any]:
     enq = run_json([PY, "-m", "benchmarks.peers.tasks_jobs", str(N)], child_env(db.url, settings), "tasks-db")
     elapsed, count = drain(
         lambda: [start([PY, "manage.py", "db_worker", "--no-startup-delay"], child_env(db.url, settings), "tasks-db")],
-        lambda: db.scalar(f"SELECT count(*) FROM {enq['table']} WHERE status = 'SUCCESSFUL'"), N, 0.05,
+        lambda: db.scalar(f"SELECT count(*) FROM {enq['table']} WHERE status = 'SUCCESSFUL'"),
+        N,
+        0.05,
     )
     db.close()
-    return {"peer": "django-tasks-db db_worker", "n": N, "done": count, "wall_s": elapsed, "rate": count / elapsed,
-            "enqueue_s": enq["enqueue_s"]}
+    return {
+        "peer": "django-tasks-db db_worker",
+        "n": N,
+        "done": count,
+        "wall_s": elapsed,
+        "rate": count / elapsed,
+        "enqueue_s": enq["enqueue_s"],
+    }
 
 
 def peer_procrastinate() -> list[dict[str, Any]]:
@@ -345,11 +361,21 @@ def peer_procrastinate() -> list[dict[str, Any]]:
         argv = [cli, app, "worker"] + ([] if concurrency is None else ["--concurrency", str(concurrency)])
         elapsed, count = drain(
             lambda argv=argv: [start(argv, env, "procrastinate")],
-            lambda: db.scalar("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"), N, 0.05,
+            lambda: db.scalar("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"),
+            N,
+            0.05,
         )
         label = "procrastinate worker (default)" if concurrency is None else f"procrastinate worker -c {concurrency}"
-        results.append({"peer": label, "n": N, "done": count, "wall_s": elapsed, "rate": count / elapsed,
-                        "enqueue_s": enq["enqueue_s"]})
+        results.append(
+            {
+                "peer": label,
+                "n": N,
+                "done": count,
+                "wall_s": elapsed,
+                "rate": count / elapsed,
+                "enqueue_s": enq["enqueue_s"],
+            }
+        )
     db.close()
     return results
 
@@ -392,9 +418,13 @@ def latency(db: Db, listen: bool) -> dict[str, Any]:
         stop([runner])
     lat = [(fired[k] - commits[k]) * 1000 for k in commits if k in fired]
     return {
-        "mode": mode, "n": len(commits), "fired": len(lat),
-        "p50_ms": percentile(lat, 0.50), "p99_ms": percentile(lat, 0.99),
-        "max_ms": max(lat), "mean_ms": sum(lat) / len(lat),
+        "mode": mode,
+        "n": len(commits),
+        "fired": len(lat),
+        "p50_ms": percentile(lat, 0.50),
+        "p99_ms": percentile(lat, 0.99),
+        "max_ms": max(lat),
+        "mean_ms": sum(lat) / len(lat),
     }
 
 
@@ -460,19 +490,38 @@ def _interrupted(signum: int, frame: Any) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupted)  # so the finally below stops every worker we started
     DATA.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"machine": machine(), "knobs": {
-        "N": N, "lanes": LANES, "dbs": DBS, "only": sorted(ONLY), "lat_n": LAT_N, "claim_small": CLAIM_SMALL,
-        "claim_large": CLAIM_LARGE, "concurrency": CONCURRENCY, "concurrency_n": CONCURRENCY_N, "rss_n": RSS_N,
-        "rss_first": RSS_FIRST, "rss_db": RSS_DB, "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
-    }}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "knobs": {
+            "N": N,
+            "lanes": LANES,
+            "dbs": DBS,
+            "only": sorted(ONLY),
+            "lat_n": LAT_N,
+            "claim_small": CLAIM_SMALL,
+            "claim_large": CLAIM_LARGE,
+            "concurrency": CONCURRENCY,
+            "concurrency_n": CONCURRENCY_N,
+            "rss_n": RSS_N,
+            "rss_first": RSS_FIRST,
+            "rss_db": RSS_DB,
+            "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
+        },
+    }
     m = results["machine"]
     say("django-wakes benchmark")
-    say(f"  machine: {m.get('nproc')} cpu ({m.get('cpu', '?')}), {m.get('ram_gib', '?')} GiB RAM, "
-        f"load {' '.join(m.get('loadavg_start', []))} at start")
-    say(f"  Python {m['python']}, Django {m.get('django')}, psycopg {m.get('psycopg')}, SQLite {m['sqlite']}, "
-        f"PostgreSQL {m.get('postgresql')} (synchronous_commit={m.get('pg_synchronous_commit')})")
-    say(f"  peers: {m.get('peers')}; {m['date']}; git {m.get('git')}"
-        f"{' + uncommitted django_wakes changes' if m.get('django_wakes_dirty') else ''}")
+    say(
+        f"  machine: {m.get('nproc')} cpu ({m.get('cpu', '?')}), {m.get('ram_gib', '?')} GiB RAM, "
+        f"load {' '.join(m.get('loadavg_start', []))} at start"
+    )
+    say(
+        f"  Python {m['python']}, Django {m.get('django')}, psycopg {m.get('psycopg')}, SQLite {m['sqlite']}, "
+        f"PostgreSQL {m.get('postgresql')} (synchronous_commit={m.get('pg_synchronous_commit')})"
+    )
+    say(
+        f"  peers: {m.get('peers')}; {m['date']}; git {m.get('git')}"
+        f"{' + uncommitted django_wakes changes' if m.get('django_wakes_dirty') else ''}"
+    )
     say(f"  N={N} lanes={LANES} dbs={','.join(DBS)}")
     t_start = time.perf_counter()
     results["ceiling"], results["throughput"], results["claim"] = {}, [], {}
@@ -493,18 +542,29 @@ def main() -> int:
                     r = throughput(db, runners, lanes, conc)
                     results["throughput"].append(r)
                     lanes_txt = f"{lanes} lanes" if lanes else "no lanes"
-                    exact = r["states"] == {"fired": r["n"]} and r["attempts"] == r["attempted_wakes"] == r["n"] \
+                    exact = (
+                        r["states"] == {"fired": r["n"]}
+                        and r["attempts"] == r["attempted_wakes"] == r["n"]
                         and r["claims"] == r["n"]
+                    )
                     r["exactly_once"] = exact
-                    check = "" if exact else (f"  (!) states={r['states']} attempts={r['attempts']} "
-                                              f"(for {r['attempted_wakes']} wakes) claims={r['claims']}")
+                    check = (
+                        ""
+                        if exact
+                        else (
+                            f"  (!) states={r['states']} attempts={r['attempts']} "
+                            f"(for {r['attempted_wakes']} wakes) claims={r['claims']}"
+                        )
+                    )
                     noisy = {k: r[k] for k in ("fenced_lines", "rolled_back_lines", "error_lines") if r[k]}
                     if noisy:
                         check += f"  (!) runner log: {noisy}"
                     conc_txt = f" --concurrency {conc}" if conc > 1 else ""
-                    say(f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}{conc_txt}: "
+                    say(
+                        f"  fire {runners} runner{'s' if runners > 1 else ' '} {lanes_txt:>9}{conc_txt}: "
                         f"{r['rate']:7,.0f} wakes/s  ({r['n']:,} in {r['wall_s']:.1f}s from launch; "
-                        f"{r['span_rate']:,.0f}/s first claim→last settle){check}")
+                        f"{r['span_rate']:,.0f}/s first claim→last settle){check}"
+                    )
             if "ceiling" in ONLY:
                 c = ceiling(db, CEILING_S)
                 results["ceiling"][vendor].append(c)
@@ -514,8 +574,9 @@ def main() -> int:
                 cdb.recreate()
                 migrate(cdb)
                 note(f"{vendor}: claim pass with {CLAIM_SMALL:,} then {CLAIM_LARGE:,} pending future rows")
-                cl = job(cdb, "claim", "--small", CLAIM_SMALL, "--large", CLAIM_LARGE, "--reps", CLAIM_REPS,
-                         log="claim")
+                cl = job(
+                    cdb, "claim", "--small", CLAIM_SMALL, "--large", CLAIM_LARGE, "--reps", CLAIM_REPS, log="claim"
+                )
                 if vendor == "postgres":  # the 1M-row database is big: drop it once measured
                     pg_admin('DROP DATABASE IF EXISTS "wakes_bench_claim" WITH (FORCE)')
                 else:
@@ -523,11 +584,15 @@ def main() -> int:
                 cl["ratio"] = cl["at_large"]["claim_ms"] / cl["at_small"]["claim_ms"]
                 cl["run_due_ratio"] = cl["at_large"]["run_due_ms"] / cl["at_small"]["run_due_ms"]
                 results["claim"][vendor] = cl
-                say(f"  claim_batch over {cl['due_per_pass']} due rows: {cl['at_small']['claim_ms']:.2f} ms with "
+                say(
+                    f"  claim_batch over {cl['due_per_pass']} due rows: {cl['at_small']['claim_ms']:.2f} ms with "
                     f"{CLAIM_SMALL:,} pending future rows, {cl['at_large']['claim_ms']:.2f} ms with "
-                    f"{CLAIM_LARGE:,}: ratio {cl['ratio']:.2f}")
-                say(f"  whole run_due pass:            {cl['at_small']['run_due_ms']:.2f} ms vs "
-                    f"{cl['at_large']['run_due_ms']:.2f} ms: ratio {cl['run_due_ratio']:.2f}")
+                    f"{CLAIM_LARGE:,}: ratio {cl['ratio']:.2f}"
+                )
+                say(
+                    f"  whole run_due pass:            {cl['at_small']['run_due_ms']:.2f} ms vs "
+                    f"{cl['at_large']['run_due_ms']:.2f} ms: ratio {cl['run_due_ratio']:.2f}"
+                )
                 cs, cg = cl["candidates_small"], cl["candidates_large"]
                 cl["candidates_ratio"] = cg / cs
                 say(f"  candidate query alone:         {cs:.2f} ms vs {cg:.2f} ms: ratio {cl['candidates_ratio']:.2f}")
@@ -536,19 +601,27 @@ def main() -> int:
                     say(f"    {line}")
                 one = job(db, "claim-one", log="claim")
                 cl["claim_one"] = one
-                say(f"  claim_batch with exactly one due wake (the push path): {one['claim_ms']:.2f} ms "
-                    f"(median of {one['reps']})")
+                say(
+                    f"  claim_batch with exactly one due wake (the push path): {one['claim_ms']:.2f} ms "
+                    f"(median of {one['reps']})"
+                )
                 busy = max(CONCURRENCY - 1, 1)
                 backlog = job(db, "lane-backlog", "--n", N, "--lanes", LANES, "--busy", busy, log="claim")
                 cl["lane_backlog"] = backlog
-                say(f"  candidate query over a due backlog of {N:,} wakes in {LANES} lanes, fresh statistics: "
-                    f"{backlog['fresh_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['fresh_busy_ms']:.2f} ms")
-                say(f"  ...the same with stale statistics (ANALYZEd while all fired): "
-                    f"{backlog['stale_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['stale_busy_ms']:.2f} ms")
+                say(
+                    f"  candidate query over a due backlog of {N:,} wakes in {LANES} lanes, fresh statistics: "
+                    f"{backlog['fresh_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['fresh_busy_ms']:.2f} ms"
+                )
+                say(
+                    f"  ...the same with stale statistics (ANALYZEd while all fired): "
+                    f"{backlog['stale_free_ms']:.2f} ms; with {busy} lanes in hand: {backlog['stale_busy_ms']:.2f} ms"
+                )
                 ps = job(db, "pass-stats", "--n", RSS_N, log="claim")
                 cl["pass_stats"] = ps
-                say(f"  in-process runner pass ({ps['fresh_batch']} wakes, no lanes) over {RSS_N:,} due wakes: "
-                    f"{ps['fresh_pass_ms']:.1f} ms with fresh statistics, {ps['stale_pass_ms']:.1f} ms with stale ones")
+                say(
+                    f"  in-process runner pass ({ps['fresh_batch']} wakes, no lanes) over {RSS_N:,} due wakes: "
+                    f"{ps['fresh_pass_ms']:.1f} ms with fresh statistics, {ps['stale_pass_ms']:.1f} ms with stale ones"
+                )
             if vendor == "postgres" and "latency" in ONLY:
                 results["latency"] = []
                 for listen in (True, False):
@@ -556,16 +629,20 @@ def main() -> int:
                     lat = latency(db, listen)
                     results["latency"].append(lat)
                     label = "push (LISTEN/NOTIFY)" if listen else "poll only (--no-listen, 1s interval)"
-                    say(f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
-                        f"max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)")
+                    say(
+                        f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
+                        f"max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)"
+                    )
             if vendor == RSS_DB and "rss" in ONLY:
-                note(f"{vendor}: runner RSS over {RSS_N:,} fires (in-process Runner loop)")
+                note(f"{vendor}: runner RSS over {RSS_N:,} fires (in-process Sweeper loop)")
                 rss = job(db, "rss", "--n", RSS_N, "--first", RSS_FIRST, log="rss")
                 rss["db"] = vendor
                 results["rss"] = rss
-                say(f"  runner RSS ({vendor}, in-process Runner): {rss['rss_first_kib'] / 1024:.1f} MiB after "
+                say(
+                    f"  runner RSS ({vendor}, in-process Sweeper): {rss['rss_first_kib'] / 1024:.1f} MiB after "
                     f"{RSS_FIRST:,} fires, {rss['rss_last_kib'] / 1024:.1f} MiB after {RSS_N:,}: "
-                    f"ratio {rss['ratio']:.3f} ({rss['rate_after_first']:,.0f} fires/s in-process)")
+                    f"ratio {rss['ratio']:.3f} ({rss['rate_after_first']:,.0f} fires/s in-process)"
+                )
             db.close()
         if "postgres" in DBS and "peers" in ONLY:
             say()
@@ -579,8 +656,10 @@ def main() -> int:
             for p in results["peers"]:
                 ratio = ours / p["rate"] if ours else float("nan")
                 p["ratio"] = ratio
-                say(f"  {p['peer']:<34} {p['rate']:7,.0f} jobs/s ({N:,} in {p['wall_s']:.1f}s); "
-                    f"django-wakes (1 runner) / peer = {ratio:.2f}x")
+                say(
+                    f"  {p['peer']:<34} {p['rate']:7,.0f} jobs/s ({N:,} in {p['wall_s']:.1f}s); "
+                    f"django-wakes (1 runner) / peer = {ratio:.2f}x"
+                )
     finally:
         stop(list(_live))
     results["elapsed_s"] = time.perf_counter() - t_start
@@ -588,8 +667,10 @@ def main() -> int:
     summary(results)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(results, indent=2, default=str))
-    say(f"\n  results: {OUT}  (logs: {LOGS}); took {results['elapsed_s'] / 60:.1f} min; "
-        f"load {' '.join(results['machine']['loadavg_end'])} at the end")
+    say(
+        f"\n  results: {OUT}  (logs: {LOGS}); took {results['elapsed_s'] / 60:.1f} min; "
+        f"load {' '.join(results['machine']['loadavg_end'])} at the end"
+    )
     return 0
 
 
@@ -611,20 +692,26 @@ def summary(results: dict[str, Any]) -> None:
             frac1, fracb = ours1 / ceil, (best or 0) / ceil
             results.setdefault("fractions", {})[vendor] = {"one_runner": frac1, "best": fracb}
             ok = frac1 >= TARGETS["ceiling_fraction"] if vendor == "postgres" else None
-            say(f"  {vendor}: fire throughput / ceiling ({ceil:,.0f}/s): 1 runner {frac1:.1%}, best config "
-                f"{fracb:.1%}  [target ≥ 40 % on PostgreSQL: {verdict(ok)}]")
+            say(
+                f"  {vendor}: fire throughput / ceiling ({ceil:,.0f}/s): 1 runner {frac1:.1%}, best config "
+                f"{fracb:.1%}  [target ≥ 40 % on PostgreSQL: {verdict(ok)}]"
+            )
     for p in results.get("peers", []):
         say(f"  django-wakes / {p['peer']}: {p['ratio']:.2f}x  [target ≥ 5x: {verdict(p['ratio'] >= 5)}]")
     for lat in results.get("latency", []):
         if lat["mode"] == "push":
-            say(f"  push latency p50 {lat['p50_ms']:.1f} ms [target < 10: {verdict(lat['p50_ms'] < 10)}], "
-                f"p99 {lat['p99_ms']:.1f} ms [target < 50: {verdict(lat['p99_ms'] < 50)}]")
+            say(
+                f"  push latency p50 {lat['p50_ms']:.1f} ms [target < 10: {verdict(lat['p50_ms'] < 10)}], "
+                f"p99 {lat['p99_ms']:.1f} ms [target < 50: {verdict(lat['p99_ms'] < 50)}]"
+            )
     for vendor, cl in results.get("claim", {}).items():
         say(f"  {vendor}: claim ratio {cl['ratio']:.2f} [target < 1.5: {verdict(cl['ratio'] < 1.5)}]")
     if "rss" in results:
         r = results["rss"]
-        say(f"  RSS ratio {r['ratio']:.3f} ({r['db']}, {r['n']:,} vs {r['first']:,} fires) "
-            f"[target < 1.1: {verdict(r['ratio'] < 1.1)}]")
+        say(
+            f"  RSS ratio {r['ratio']:.3f} ({r['db']}, {r['n']:,} vs {r['first']:,} fires) "
+            f"[target < 1.1: {verdict(r['ratio'] < 1.1)}]"
+        )
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ class WakeAdmin(ReadOnlyAdmin):
         (None, {"fields": ("id", "kind", "trigger_type", "state", "workspace_id", "session_id", "serial_key")}),
         (
             _("Timing"),
-            {"fields": ("created_at", "fire_at", "due_at", "expires_at", "claimed_at", "fired_at", "updated_at")},
+            {"fields": ("created_at", "fire_at", "due_at", "expires_at", "claimed_at", "settled_at", "updated_at")},
         ),
         (_("Trigger"), {"fields": ("event_key", "prompt", "idempotency_key")}),
         (_("Payload"), {"fields": ("intent_json", "result_json")}),
@@ -247,7 +247,8 @@ class WakeAdmin(ReadOnlyAdmin):
             self.message_user(
                 request,
                 ngettext(
-                    "%(count)d dead wake was requeued to fire now.", "%(count)d dead wakes were requeued to fire now.",
+                    "%(count)d dead wake was requeued to fire now.",
+                    "%(count)d dead wakes were requeued to fire now.",
                     done,
                 )
                 % {"count": done},

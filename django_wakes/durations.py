@@ -30,9 +30,7 @@ def parse_duration(value: Duration, *, name: str = "duration", allow_zero: bool 
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if not text or not _WHOLE.fullmatch(text):
-            raise InvalidDuration(
-                f"{name}: cannot parse {value!r}; use forms like '90s', '15m', '1h30m', '3d'"
-            )
+            raise InvalidDuration(f"{name}: cannot parse {value!r}; use forms like '90s', '15m', '1h30m', '3d'")
         seconds = sum(float(num) * _UNIT_SECONDS[unit] for num, unit in _PART.findall(text))
         if not math.isfinite(seconds):
             raise InvalidDuration(f"{name}: {value!r} is not finite")
@@ -41,9 +39,7 @@ def parse_duration(value: Duration, *, name: str = "duration", allow_zero: bool 
         except OverflowError as exc:
             raise InvalidDuration(f"{name}: {value!r} is too large") from exc
     else:
-        raise InvalidDuration(
-            f"{name}: expected a duration string or timedelta, got {type(value).__name__}"
-        )
+        raise InvalidDuration(f"{name}: expected a duration string or timedelta, got {type(value).__name__}")
     if delta < timedelta(0) or (not allow_zero and delta == timedelta(0)):
         raise InvalidDuration(f"{name}: must be {'positive' if not allow_zero else 'non-negative'}, got {value!r}")
     return delta

@@ -26,6 +26,7 @@ from .durations import Duration, parse_duration
 from .exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
+    ApprovalError,
     ApprovalExpired,
     ApprovalNotFound,
     InvalidDuration,
@@ -194,9 +195,7 @@ def schedule(
 
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
     if len(given) != 1:
-        raise InvalidWake(
-            f"pass exactly one of delay, at, cron, every (got {', '.join(given) if given else 'none'})"
-        )
+        raise InvalidWake(f"pass exactly one of delay, at, cron, every (got {', '.join(given) if given else 'none'})")
     now = clock.now()
     fields = _common(
         workspace_id=workspace_id,
@@ -258,7 +257,9 @@ def watch(
         fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(
-        trigger_type=TriggerType.ON_EVENT, event_key=key(event_key, name="event_key"), expires_at=expiry,
+        trigger_type=TriggerType.ON_EVENT,
+        event_key=key(event_key, name="event_key"),
+        expires_at=expiry,
         due_at=expiry,
     )
     return create_wake(fields)
@@ -301,15 +302,20 @@ def request_approval(
     expiry = _expiry(now, expires_in, expires_at)
     token = secrets.token_urlsafe(32)
     fields.update(
-        trigger_type=TriggerType.ON_APPROVAL, prompt=prompt, token_hash=hash_token(token), expires_at=expiry,
+        trigger_type=TriggerType.ON_APPROVAL,
+        prompt=prompt,
+        token_hash=hash_token(token),
+        expires_at=expiry,
         due_at=expiry,
     )
     wake = create_wake(fields)
     if wake.token_hash != fields["token_hash"]:
         # An idempotent replay: rotate the token on the existing, still-unanswered approval.
-        rotated = Wake.objects.using(db_alias()).filter(
-            pk=wake.pk, state=State.PENDING, fire_at__isnull=True
-        ).update(token_hash=fields["token_hash"], updated_at=now)
+        rotated = (
+            Wake.objects.using(db_alias())
+            .filter(pk=wake.pk, state=State.PENDING, fire_at__isnull=True)
+            .update(token_hash=fields["token_hash"], updated_at=now)
+        )
         if rotated:
             wake.token_hash = fields["token_hash"]
     return ApprovalRequest(wake=wake, token=token)
@@ -349,19 +355,29 @@ def _actor_name(actor: Any) -> str:
     return str(get_username() if callable(get_username) else actor)
 
 
-def resolve(token: str, answer: Any, actor: Any) -> Wake:
-    """Answer an approval with its one-time token; the first valid answer wins.
+def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
+    """Why an approval that exists and may be answered by this actor cannot be answered now."""
+    if wake.fire_at is None and (
+        wake.state in (State.EXPIRED, State.FIRING)
+        or (wake.state == State.PENDING and wake.expires_at is not None and wake.expires_at <= now)
+    ):
+        expired = wake.expires_at.isoformat() if wake.expires_at else "?"
+        return ApprovalExpired(f"approval {wake.pk} expired at {expired}")
+    return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled")
 
-    Raise :class:`ApprovalNotFound`, :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or
-    no hook is configured: approvals are never "allow all"), :class:`ApprovalExpired` or
-    :class:`ApprovalAlreadyResolved`.
+
+def open_approval(token_hash: str, actor: Any) -> Wake:
+    """Return the approval ``token_hash`` opens for ``actor`` if it can be answered now, else raise.
+
+    The one place that decides whether an approval may be answered: :func:`resolve_hashed` calls it
+    before its conditional UPDATE, and the approval page calls it before showing the prompt, so the
+    page refuses exactly what an answer would be refused for. Raise :class:`ApprovalNotFound`,
+    :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or no hook is configured: approvals are
+    never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`.
     """
-    if not isinstance(token, str) or not token:
+    if not isinstance(token_hash, str) or not token_hash:
         raise ApprovalNotFound("no approval answers to this token")
-    answer = json_value(answer, name="answer")
-    using = db_alias()
-    digest = hash_token(token)
-    wake = Wake.objects.using(using).filter(token_hash=digest, trigger_type=TriggerType.ON_APPROVAL).first()
+    wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
     if wake is None:
         raise ApprovalNotFound("no approval answers to this token")
     authorize = wakes_settings.authorize
@@ -369,6 +385,28 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
         raise ApprovalDenied("no WAKES['AUTHORIZE'] hook is configured, so no one may resolve approvals")
     if not authorize(actor, wake.workspace_id):
         raise ApprovalDenied(f"{_actor_name(actor)!r} may not resolve approvals in this workspace")
+    now = clock.now()
+    if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
+        return wake
+    raise _approval_refusal(wake, now)
+
+
+def resolve(token: str, answer: Any, actor: Any) -> Wake:
+    """Answer an approval with its one-time token; the first valid answer wins.
+
+    Raise what :func:`open_approval` raises; a racing answer that commits first makes this one
+    :class:`ApprovalAlreadyResolved`.
+    """
+    if not isinstance(token, str) or not token:
+        raise ApprovalNotFound("no approval answers to this token")
+    return resolve_hashed(hash_token(token), answer, actor)
+
+
+def resolve_hashed(token_hash: str, answer: Any, actor: Any) -> Wake:
+    """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
+    answer = json_value(answer, name="answer")
+    wake = open_approval(token_hash, actor)
+    using = db_alias()
     now = clock.now()
     result = {"trigger": TriggerType.ON_APPROVAL.value, "answer": answer, "resolved_by": _actor_name(actor)}
     won = (
@@ -380,11 +418,7 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
     if won:
         transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
         return wake
-    if wake.fire_at is None and wake.state in (State.PENDING, State.EXPIRED, State.FIRING) and (
-        wake.expires_at is not None and wake.expires_at <= now
-    ):
-        raise ApprovalExpired(f"approval {wake.pk} expired at {wake.expires_at.isoformat()}")
-    raise ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled")
+    raise _approval_refusal(wake, now)
 
 
 def cancel(wake_id: int) -> bool:
@@ -400,7 +434,7 @@ def cancel(wake_id: int) -> bool:
     cancelled = (
         Wake.objects.using(using)
         .filter(pk=wake_id, state=State.PENDING)
-        .update(state=State.CANCELLED, coalesce_key=None, due_at=None, updated_at=now, fired_at=now)
+        .update(state=State.CANCELLED, coalesce_key=None, due_at=None, updated_at=now, settled_at=now)
     )
     if cancelled:
         return True
@@ -434,8 +468,14 @@ def requeue(wake_id: int) -> bool:
         Wake.objects.using(using)
         .filter(pk=wake_id, state=State.DEAD)
         .update(
-            state=State.PENDING, due_at=now, attempts=0, lane_lock=None, lease_until=None, claim_token=None,
-            fired_at=None, updated_at=now,
+            state=State.PENDING,
+            due_at=now,
+            attempts=0,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            settled_at=None,
+            updated_at=now,
             end_at=Case(When(recurring & open_chain, then=F("fire_at")), default=F("end_at")),
         )
     )
@@ -519,8 +559,13 @@ def _settle_dead_in_tx(using: str, wake: Wake, now: datetime, error: str) -> Non
     from . import recurrence
 
     Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING).update(
-        state=State.DEAD, lane_lock=None, lease_until=None, claim_token=None, last_error=error,
-        fired_at=now, updated_at=now,
+        state=State.DEAD,
+        lane_lock=None,
+        lease_until=None,
+        claim_token=None,
+        last_error=error,
+        settled_at=now,
+        updated_at=now,
     )
     if wake.is_recurring:
         recurrence.book_next(using, wake, now)
@@ -602,8 +647,10 @@ def _claim_rows(
             for wake in wakes:  # a lane was taken under us: claim one by one, skip the busy lanes
                 try:
                     with transaction.atomic(using=using):
-                        if Wake.objects.using(using).filter(pk=wake.pk, state=State.PENDING).update(
-                            result=result, **update
+                        if (
+                            Wake.objects.using(using)
+                            .filter(pk=wake.pk, state=State.PENDING)
+                            .update(result=result, **update)
                         ):
                             winners.append(wake)
                 except IntegrityError:
@@ -716,8 +763,14 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
     using = db_alias()
     now = clock.now()
     rows = Wake.objects.using(using)
-    settled = {"lane_lock": None, "lease_until": None, "claim_token": None, "last_error": "", "fired_at": now,
-               "updated_at": now}
+    settled = {
+        "lane_lock": None,
+        "lease_until": None,
+        "claim_token": None,
+        "last_error": "",
+        "settled_at": now,
+        "updated_at": now,
+    }
     with transaction.atomic(using=using):
         if len(done) == 1:  # the common single settle: the fenced UPDATE's row count decides
             (only,) = done
@@ -739,8 +792,12 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
         WakeAttempt.objects.using(using).bulk_create(
             [
                 WakeAttempt(
-                    wake_id=d.claim.wake.pk, number=d.claim.wake.attempts, runner_id=d.claim.runner_id,
-                    started_at=d.claim.started_at, finished_at=d.finished_at, outcome=d.outcome,
+                    wake_id=d.claim.wake.pk,
+                    number=d.claim.wake.attempts,
+                    runner_id=d.claim.runner_id,
+                    started_at=d.claim.started_at,
+                    finished_at=d.finished_at,
+                    outcome=d.outcome,
                 )
                 for d in winners
             ]
@@ -760,8 +817,12 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
         wake = d.claim.wake
         logger.info(
             "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
-            wake.pk, wake.kind, wake.serial_key, d.outcome,
-            _ms(d.claim.started_at - (wake.due_at or d.claim.started_at)), _ms(d.finished_at - d.claim.started_at),
+            wake.pk,
+            wake.kind,
+            wake.serial_key,
+            d.outcome,
+            _ms(d.claim.started_at - (wake.due_at or d.claim.started_at)),
+            _ms(d.finished_at - d.claim.started_at),
         )
         outcomes.append(FireOutcome(d.outcome, settled=True))
     return outcomes
@@ -813,8 +874,13 @@ def _settle_failure(
     with transaction.atomic(using=using):
         if wake.attempts >= wake.max_attempts:
             won = _fenced(using, claim).update(
-                state=State.DEAD, lane_lock=None, lease_until=None, claim_token=None, last_error=error,
-                fired_at=now, updated_at=now,
+                state=State.DEAD,
+                lane_lock=None,
+                lease_until=None,
+                claim_token=None,
+                last_error=error,
+                settled_at=now,
+                updated_at=now,
             )
             if not won:
                 return _fenced_out(claim)
@@ -828,8 +894,13 @@ def _settle_failure(
             return FireOutcome("dead", settled=True, error=error)
         due = retry_at or now + wakes_settings.backoff(wake.attempts)
         won = _fenced(using, claim).update(
-            state=State.PENDING, lane_lock=None, lease_until=None, claim_token=None, last_error=error,
-            due_at=due, updated_at=now,
+            state=State.PENDING,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            last_error=error,
+            due_at=due,
+            updated_at=now,
         )
         if not won:
             return _fenced_out(claim)
@@ -850,8 +921,13 @@ def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
         due = to_datetime(until, name="Defer.until")
     with transaction.atomic(using=using):
         won = _fenced(using, claim).update(
-            state=State.PENDING, lane_lock=None, lease_until=None, claim_token=None, due_at=due,
-            attempts=F("attempts") - 1, updated_at=now,
+            state=State.PENDING,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            due_at=due,
+            attempts=F("attempts") - 1,
+            updated_at=now,
         )
         if not won:
             return _fenced_out(claim)
@@ -868,15 +944,17 @@ def _release_unwakeable(claim: Claim) -> int:
     """The sink vanished between claim and fire: put the wake back, uncounted, untouched."""
     using = db_alias()
     return _fenced(using, claim).update(
-        state=State.PENDING, lane_lock=None, lease_until=None, claim_token=None,
-        attempts=F("attempts") - 1, updated_at=clock.now(),
+        state=State.PENDING,
+        lane_lock=None,
+        lease_until=None,
+        claim_token=None,
+        attempts=F("attempts") - 1,
+        updated_at=clock.now(),
     )
 
 
 def _fenced_out(claim: Claim) -> FireOutcome:
-    logger.warning(
-        "wake %s: lease was taken over by another runner; this runner's outcome is discarded", claim.wake.pk
-    )
+    logger.warning("wake %s: lease was taken over by another runner; this runner's outcome is discarded", claim.wake.pk)
     return FireOutcome("fenced", settled=False)
 
 

@@ -108,9 +108,7 @@ class Wake(models.Model):
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     event_key = models.CharField(_("event key"), max_length=KEY_LENGTH, null=True, blank=True)
     prompt = models.TextField(_("approval prompt"), blank=True, default="")
-    token_hash = models.CharField(
-        _("token hash"), max_length=64, null=True, blank=True, unique=True, editable=False
-    )
+    token_hash = models.CharField(_("token hash"), max_length=64, null=True, blank=True, unique=True, editable=False)
     lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
     claim_token = models.CharField(_("claim token"), max_length=32, null=True, blank=True, editable=False)
     claimed_by = models.CharField(_("claimed by"), max_length=KEY_LENGTH, blank=True, default="")
@@ -132,7 +130,10 @@ class Wake(models.Model):
     every = models.DurationField(_("every"), null=True, blank=True)
     tz = models.CharField(_("time zone"), max_length=64, blank=True, default="")
     catch_up = models.CharField(
-        _("catch-up"), max_length=max(len(v) for v in CatchUp.values), choices=CatchUp.choices, blank=True,
+        _("catch-up"),
+        max_length=max(len(v) for v in CatchUp.values),
+        choices=CatchUp.choices,
+        blank=True,
         default="",
     )
     start_at = models.DateTimeField(_("chain starts"), null=True, blank=True)
@@ -143,7 +144,7 @@ class Wake(models.Model):
     created_at = models.DateTimeField(_("created"))
     updated_at = models.DateTimeField(_("updated"))
     claimed_at = models.DateTimeField(_("claimed"), null=True, blank=True)
-    fired_at = models.DateTimeField(_("settled"), null=True, blank=True)
+    settled_at = models.DateTimeField(_("settled"), null=True, blank=True)
 
     objects = WakeQuerySet.as_manager()
 

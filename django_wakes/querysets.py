@@ -55,11 +55,7 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         The only place that uses ``select_for_update(skip_locked=True)``: a runner never waits
         behind another's claim, it moves on (duplicates waste a read, never double-fire).
         """
-        return (
-            self.filter(id__in=list(ids), state=PENDING)
-            .select_for_update(skip_locked=True)
-            .order_by("due_at", "id")
-        )
+        return self.filter(id__in=list(ids), state=PENDING).select_for_update(skip_locked=True).order_by("due_at", "id")
 
     def lapsed(self, now: datetime) -> WakeQuerySet:
         """Firing wakes whose lease ran out: their runner crashed, was killed or stalled."""

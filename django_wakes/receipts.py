@@ -81,8 +81,12 @@ def once(
         try:
             with transaction.atomic(using=using):
                 receipt = Receipt.objects.using(using).create(
-                    session_id=session_id, key=key, state=ReceiptState.RUNNING, owner=owner,
-                    lease_until=now + wakes_settings.once_lease, created_at=now,
+                    session_id=session_id,
+                    key=key,
+                    state=ReceiptState.RUNNING,
+                    owner=owner,
+                    lease_until=now + wakes_settings.once_lease,
+                    created_at=now,
                 )
         except IntegrityError:
             receipt = None
@@ -99,9 +103,11 @@ def once(
                     f"once({session_id!r}, {key!r}) was interrupted: a previous run died inside fn; "
                     "its effect may or may not have happened (pass on_interrupted='retry' to run it again)"
                 )
-            taken = Receipt.objects.using(using).filter(
-                pk=existing.pk, owner=existing.owner, state=ReceiptState.RUNNING
-            ).update(owner=owner, lease_until=clock.now() + wakes_settings.once_lease)
+            taken = (
+                Receipt.objects.using(using)
+                .filter(pk=existing.pk, owner=existing.owner, state=ReceiptState.RUNNING)
+                .update(owner=owner, lease_until=clock.now() + wakes_settings.once_lease)
+            )
             if taken:
                 existing.owner = owner
                 return _run(existing, fn, using)

@@ -275,8 +275,10 @@ class CronGrid:
             return 0
         windows: list[tuple[datetime, datetime]] = []
         for moment in _transitions(self.zone, after - _TRANSITION_MARGIN * 4, until + _TRANSITION_MARGIN * 4):
-            jump = abs((moment.astimezone(self.zone).utcoffset() or timedelta(0))
-                       - ((moment - _ONE_SECOND).astimezone(self.zone).utcoffset() or timedelta(0)))
+            jump = abs(
+                (moment.astimezone(self.zone).utcoffset() or timedelta(0))
+                - ((moment - _ONE_SECOND).astimezone(self.zone).utcoffset() or timedelta(0))
+            )
             lo, hi = moment - jump - _TRANSITION_MARGIN, moment + jump + _TRANSITION_MARGIN
             if windows and lo <= windows[-1][1]:
                 windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
@@ -422,9 +424,7 @@ def plan_chain(
     if first is None:
         raise InvalidSchedule(f"cron: {cron!r} never fires (no matching date ahead)")
     if end is not None and end <= first:
-        raise InvalidSchedule(
-            f"end_at {end.isoformat()} is not after the first occurrence {first.isoformat()}"
-        )
+        raise InvalidSchedule(f"end_at {end.isoformat()} is not after the first occurrence {first.isoformat()}")
     return {
         "cron": expression,
         "every": step,
@@ -508,7 +508,7 @@ def claim_extras(wake: Wake, now: datetime) -> dict[str, Any]:
     closed = (
         Wake.objects.using(using)
         .filter(pk=wake.pk, state=State.PENDING)
-        .update(state=State.CANCELLED, result=marker, due_at=None, coalesce_key=None, fired_at=now, updated_at=now)
+        .update(state=State.CANCELLED, result=marker, due_at=None, coalesce_key=None, settled_at=now, updated_at=now)
     )
     if closed:
         logger.info("wake %s (chain %s): skipped %d missed occurrence(s)", wake.pk, wake.chain_id, skipped)

@@ -30,8 +30,11 @@ from .models import State, Wake
 logger = logging.getLogger("django_wakes")
 
 
-class Runner:
-    """Claim and fire due wakes until :meth:`stop`; the ``runwakes`` command builds and runs one."""
+class Sweeper:
+    """Claim and fire due wakes until :meth:`stop`; the ``runwakes`` command builds and runs one.
+
+    Named for what it does (it sweeps the table for due wakes); the :class:`~django_wakes.models.Runner`
+    model is the registry row each sweeper keeps fresh for operators."""
 
     def __init__(
         self,
@@ -110,7 +113,8 @@ class Runner:
     def _give_up(self) -> None:
         logger.warning(
             "shutdown timeout (%.0fs): exiting with %d wake(s) in hand; their leases will lapse",
-            self.shutdown_timeout, len(self._in_hand),
+            self.shutdown_timeout,
+            len(self._in_hand),
         )
         os._exit(0)
 

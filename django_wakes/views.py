@@ -157,6 +157,9 @@ def approve(request: HttpRequest, token: str) -> HttpResponseBase:
         return _refusal(request, exc)
     logger.info(
         "approval answered wake=%s workspace=%s by=%s approved=%s",
-        wake.pk, wake.workspace_id, request.user.get_username(), answer["approved"],
+        wake.pk,
+        wake.workspace_id,
+        request.user.get_username(),
+        answer["approved"],
     )
     return render(request, "django_wakes/approve_done.html", {"wake": wake, "answer": answer})

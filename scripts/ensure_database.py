@@ -23,8 +23,13 @@ def main() -> int:
             from psycopg import sql
 
             with psycopg.connect(
-                dbname="postgres", user=config["USER"] or None, password=config["PASSWORD"] or None,
-                host=config["HOST"] or None, port=config["PORT"] or None, autocommit=True, connect_timeout=5,
+                dbname="postgres",
+                user=config["USER"] or None,
+                password=config["PASSWORD"] or None,
+                host=config["HOST"] or None,
+                port=config["PORT"] or None,
+                autocommit=True,
+                connect_timeout=5,
             ) as conn:
                 if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
                     conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -32,8 +37,11 @@ def main() -> int:
             import MySQLdb
 
             conn = MySQLdb.connect(
-                user=config["USER"], passwd=config["PASSWORD"], host=config["HOST"] or "localhost",
-                port=int(config["PORT"] or 3306), connect_timeout=5,
+                user=config["USER"],
+                passwd=config["PASSWORD"],
+                host=config["HOST"] or "localhost",
+                port=int(config["PORT"] or 3306),
+                connect_timeout=5,
             )
             try:
                 conn.cursor().execute(

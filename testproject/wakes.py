@@ -24,6 +24,7 @@ def authorize(actor: Any, workspace_id: str) -> bool:
 def print_intent(wake: Any, result: dict[str, Any]) -> None:
     print(f"  -> wake {wake.pk} ({wake.trigger_type}) fired with intent={wake.intent} result={result}", flush=True)
 
+
 # Probe sinks used by the multi-process tests and the benchmark (inert unless their kinds are scheduled).
 from testproject import probe_sinks  # noqa: E402,F401
 from testproject import runner_probe_sinks as _runner_probe_sinks  # noqa: E402,F401

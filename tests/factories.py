@@ -40,7 +40,7 @@ class WakeFactory(DjangoModelFactory):
             due_at=None,
             attempts=1,
             result=factory.LazyAttribute(lambda o: {"trigger": "at"}),
-            fired_at=factory.LazyAttribute(lambda o: o.updated_at),
+            settled_at=factory.LazyAttribute(lambda o: o.updated_at),
         )
 
 

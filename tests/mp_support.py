@@ -198,10 +198,15 @@ def _schedule_idempotent(args: dict[str, Any]) -> list[dict[str, Any]]:
 
     return [
         _outcome(
-            lambda k=k: schedule(
-                workspace_id=args["workspace"], delay="1h", kind="probe.record", idempotency_key=k,
-                intent={"by": args["n"]},
-            ).pk
+            lambda k=k: (
+                schedule(
+                    workspace_id=args["workspace"],
+                    delay="1h",
+                    kind="probe.record",
+                    idempotency_key=k,
+                    intent={"by": args["n"]},
+                ).pk
+            )
         )
         for k in args["keys"]
     ]
@@ -212,10 +217,16 @@ def _schedule_coalesce(args: dict[str, Any]) -> list[dict[str, Any]]:
 
     return [
         _outcome(
-            lambda lane=lane: schedule(
-                workspace_id=args["workspace"], delay="1h", kind="probe.record", serial_key=lane, coalesce=True,
-                intent={"by": args["n"]},
-            ).pk
+            lambda lane=lane: (
+                schedule(
+                    workspace_id=args["workspace"],
+                    delay="1h",
+                    kind="probe.record",
+                    serial_key=lane,
+                    coalesce=True,
+                    intent={"by": args["n"]},
+                ).pk
+            )
         )
         for lane in args["lanes"]
     ]
@@ -224,9 +235,7 @@ def _schedule_coalesce(args: dict[str, Any]) -> list[dict[str, Any]]:
 def _resolve(args: dict[str, Any]) -> list[dict[str, Any]]:
     from django_wakes import resolve
 
-    return [
-        _outcome(lambda t=token: resolve(t, {"answer_by": args["n"]}, "demo").pk) for token in args["tokens"]
-    ]
+    return [_outcome(lambda t=token: resolve(t, {"answer_by": args["n"]}, "demo").pk) for token in args["tokens"]]
 
 
 def _once(args: dict[str, Any]) -> list[dict[str, Any]]:

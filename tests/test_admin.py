@@ -44,7 +44,7 @@ def make_wake(state: str = State.PENDING, **fields: Any) -> Wake:
     if state == State.FIRING:
         values.update(lease_until=now + timedelta(minutes=5), claim_token="c" * 32, claimed_at=now, attempts=1)
     if state in (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD):
-        values.update(fired_at=now)
+        values.update(settled_at=now)
     values.update(fields)
     return Wake.objects.create(**values)
 
@@ -165,8 +165,13 @@ def test_change_page_shows_the_attempt_log(admin_client: Any) -> None:
     wake = make_wake(State.DEAD, attempts=2, last_error="ValueError: second")
     for number, error in ((1, "Traceback\nKeyError: 'first'"), (2, "ValueError: second")):
         WakeAttempt.objects.create(
-            wake=wake, number=number, runner_id="host:1:abc", started_at=clock.now(),
-            finished_at=clock.now() + timedelta(milliseconds=1500), outcome=Outcome.FAILED, error=error,
+            wake=wake,
+            number=number,
+            runner_id="host:1:abc",
+            started_at=clock.now(),
+            finished_at=clock.now() + timedelta(milliseconds=1500),
+            outcome=Outcome.FAILED,
+            error=error,
         )
     html = admin_client.get(reverse("admin:django_wakes_wake_change", args=[wake.pk])).content.decode()
     assert "KeyError: &#x27;first&#x27;" in html
@@ -232,7 +237,7 @@ def test_retry_action_requeues_only_dead_wakes(admin_client: Any, every_state: d
         "2 selected wakes were skipped: only dead wakes can be retried.",
     ]
     dead.refresh_from_db()
-    assert (dead.state, dead.attempts, dead.due_at, dead.fired_at) == (State.PENDING, 0, START, None)
+    assert (dead.state, dead.attempts, dead.due_at, dead.settled_at) == (State.PENDING, 0, START, None)
     assert "stayed broke" in dead.last_error
     for state in ("fired", "cancelled", "pending", "firing", "expired"):
         row = Wake.objects.get(pk=every_state[state].pk)
@@ -264,7 +269,7 @@ def test_requeue_is_a_single_winner_transition_out_of_dead() -> None:
         assert engine.requeue(10**12) is False
     dead.refresh_from_db()
     assert dead.state == State.PENDING
-    assert (dead.attempts, dead.due_at, dead.lane_lock, dead.fired_at) == (0, START, None, None)
+    assert (dead.attempts, dead.due_at, dead.lane_lock, dead.settled_at) == (0, START, None, None)
     assert (dead.last_error, dead.result) == ("boom", {"trigger": "at"})
 
 
@@ -302,8 +307,14 @@ def test_requeue_closes_a_recurring_chain_that_already_booked_its_successor() ->
 
 def test_receipt_pages_are_read_only_and_hide_the_owner(admin_client: Any) -> None:
     receipt = Receipt.objects.create(
-        session_id="sess-9", key="charge-card", state=ReceiptState.DONE, result={"charge": "ch_1"},
-        owner="f" * 32, lease_until=clock.now(), created_at=clock.now(), completed_at=clock.now(),
+        session_id="sess-9",
+        key="charge-card",
+        state=ReceiptState.DONE,
+        result={"charge": "ch_1"},
+        owner="f" * 32,
+        lease_until=clock.now(),
+        created_at=clock.now(),
+        completed_at=clock.now(),
     )
     response = admin_client.get(reverse("admin:django_wakes_receipt_changelist"), {"q": "sess-9"})
     assert response.status_code == 200

@@ -136,9 +136,7 @@ def test_default_intent_limit_is_64_kib(clock, kind, settings):
 def test_multibyte_intent_is_measured_in_bytes(clock, kind, settings):
     settings.WAKES = {**settings.WAKES, "INTENT_MAX_BYTES": 50}
     # 30 characters but well over 50 bytes once encoded (json.dumps escapes to \\uXXXX: 6 bytes each)
-    assert_refused(
-        InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent="é" * 30)
-    )
+    assert_refused(InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent="é" * 30))
 
 
 @pytest.mark.parametrize("workspace", [None, "", "   ", 3.5, ["ws"], "w" * 201])

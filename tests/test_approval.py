@@ -171,9 +171,7 @@ def test_unanswered_approval_expires_once_to_its_own_sink(clock, sinks, authoriz
     clock.advance("1d")
     engine.run_due()
     assert calls.results == [{"trigger": "on_approval", "expired": True}]
-    assert list(WakeAttempt.objects.filter(wake_id=req.wake.pk).values_list("outcome", flat=True)) == [
-        Outcome.EXPIRED
-    ]
+    assert list(WakeAttempt.objects.filter(wake_id=req.wake.pk).values_list("outcome", flat=True)) == [Outcome.EXPIRED]
 
 
 def test_resolving_a_cancelled_approval_is_already_resolved(clock, sinks, authorize):

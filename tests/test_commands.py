@@ -45,10 +45,16 @@ def manage(*args: str) -> subprocess.CompletedProcess:
     url = database_url(connection.settings_dict)
     if url is None:
         pytest.skip("the test database is in memory: a separate process cannot open it")
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -171,10 +177,16 @@ def populated() -> dict[str, Any]:
     WakeFactory(settled=True, state=State.DEAD, last_error="boom")
     WakeFactory(state=State.CANCELLED, due_at=None)
     WakeFactory(settled=True, state=State.EXPIRED)
-    live = RunnerRow.objects.create(id="host-a:101:abc", host="host-a", pid=101, started_at=now - timedelta(hours=1),
-                                    heartbeat_at=now)
-    RunnerRow.objects.create(id="host-b:202:def", host="host-b", pid=202, started_at=now - timedelta(days=1),
-                             heartbeat_at=now - timedelta(hours=1))
+    live = RunnerRow.objects.create(
+        id="host-a:101:abc", host="host-a", pid=101, started_at=now - timedelta(hours=1), heartbeat_at=now
+    )
+    RunnerRow.objects.create(
+        id="host-b:202:def",
+        host="host-b",
+        pid=202,
+        started_at=now - timedelta(days=1),
+        heartbeat_at=now - timedelta(hours=1),
+    )
     return {"now": now, "oldest": overdue_old, "newer": overdue_new, "future": future, "live": live}
 
 

@@ -45,7 +45,7 @@ def test_never_early_not_due_one_tick_before_fire_at_and_due_at_it(clock, sinks)
     assert calls.results == [{"trigger": "at"}]
     settled = row(wake)
     assert settled.state == State.FIRED
-    assert settled.fired_at == fire_at
+    assert settled.settled_at == fire_at
     assert settled.attempts == 1
     assert settled.result == {"trigger": "at"}
     assert settled.lease_until is None and settled.claim_token is None
@@ -225,9 +225,7 @@ def test_at_wake_whose_expiry_comes_first_expires_and_never_fires(clock, sinks):
     assert calls.ids == [wake.pk]
     settled = row(wake)
     assert settled.state == State.EXPIRED
-    assert list(WakeAttempt.objects.filter(wake_id=wake.pk).values_list("outcome", flat=True)) == [
-        Outcome.EXPIRED
-    ]
+    assert list(WakeAttempt.objects.filter(wake_id=wake.pk).values_list("outcome", flat=True)) == [Outcome.EXPIRED]
 
 
 def test_at_wake_due_before_its_expiry_fires_and_never_expires(clock, sinks):
@@ -461,9 +459,7 @@ def test_coalesce_returns_the_pending_holder_of_the_lane(clock, sinks):
     calls = sinks(KIND)
     holder = engine.schedule(workspace_id=WS, kind=KIND, delay="1m", serial_key="L", coalesce=True, intent={"n": 1})
     for n in range(2, 5):
-        same = engine.schedule(
-            workspace_id=WS, kind=KIND, delay="10s", serial_key="L", coalesce=True, intent={"n": n}
-        )
+        same = engine.schedule(workspace_id=WS, kind=KIND, delay="10s", serial_key="L", coalesce=True, intent={"n": n})
         assert same.pk == holder.pk
     assert Wake.objects.count() == 1
     assert row(holder).intent == {"n": 1}

@@ -284,7 +284,8 @@ def test_defer_frees_the_lane(clock, sinks):
 
 def _messages(caplog, wake, level):
     return [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.name == "django_wakes" and r.levelno == level and f"wake {wake.pk} " in r.getMessage()
     ]
 
@@ -429,14 +430,14 @@ def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is
     assert "lease lapsed" in history[0].error
 
     # runner A wakes up from its stall and finishes: its outcome must not overwrite B's
-    fired_at = settled.fired_at
+    settled_at = settled.settled_at
     late = engine.fire(claim_a)
     assert late.settled is False
     assert late.outcome == "fenced"
     after = row(wake)
     assert after.state == State.FIRED
     assert after.claimed_by == "B"
-    assert after.fired_at == fired_at
+    assert after.settled_at == settled_at
     assert after.attempts == 2
     assert len(attempts_of(wake)) == 2
     assert calls.results == [expected, expected]  # A's sink ran (at-least-once), its settle did not

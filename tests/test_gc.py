@@ -33,9 +33,7 @@ def test_gc_deletes_only_old_terminal_rows_and_their_attempts(clock):
         WakeAttemptFactory(wake=wake)
         WakeAttemptFactory(wake=wake, number=2)
     old_pending = aged(clock, old, state=State.PENDING)
-    old_firing = aged(
-        clock, old, state=State.FIRING, lease_until=clock.now() - old, claim_token="t" * 32
-    )
+    old_firing = aged(clock, old, state=State.FIRING, lease_until=clock.now() - old, claim_token="t" * 32)
     recent_fired = aged(clock, timedelta(days=29), state=State.FIRED)
     keep_attempt = WakeAttemptFactory(wake=recent_fired)
     pending_attempt = WakeAttemptFactory(wake=old_pending)

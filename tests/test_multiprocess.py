@@ -80,8 +80,11 @@ def test_four_runners_fire_every_wake_once_lanes_single_file_earliest_first(proc
     with transaction.atomic():
         for i, offset in enumerate(offsets):
             schedule(
-                workspace_id="mp-lanes", kind="probe.record", serial_key=f"lane-{i % LANES:02d}",
-                at=base + timedelta(milliseconds=offset * 7), intent={"i": i},
+                workspace_id="mp-lanes",
+                kind="probe.record",
+                serial_key=f"lane-{i % LANES:02d}",
+                at=base + timedelta(milliseconds=offset * 7),
+                intent={"i": i},
             )
     assert Wake.objects.filter(state=State.PENDING).count() == WAKES
     fire_at = dict(Wake.objects.values_list("id", "fire_at"))
@@ -90,7 +93,9 @@ def test_four_runners_fire_every_wake_once_lanes_single_file_earliest_first(proc
     runners = [procs.runner(f"runner-{n}") for n in range(RUNNERS)]
     wait_for(
         lambda: Wake.objects.filter(state=State.FIRED).count() == WAKES or any(procs.alive(r) for r in runners),
-        timeout=150, interval=0.5, what=f"all {WAKES} wakes to be fired (states now: {_state_counts()})",
+        timeout=150,
+        interval=0.5,
+        what=f"all {WAKES} wakes to be fired (states now: {_state_counts()})",
     )
     for runner in runners:
         assert procs.stop(runner) == 0, procs.log(runner)
@@ -154,9 +159,11 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
 
     runner_b = procs.runner("runner-b", WAKES_LEASE=LEASE)
     wait_for(
-        lambda: Wake.objects.filter(pk__in=[wake.pk, follower.pk], state=State.FIRED).count() == 2
-        or procs.alive(runner_b),
-        timeout=90, what="runner B to re-drive the orphaned wake and then its lane follower",
+        lambda: (
+            Wake.objects.filter(pk__in=[wake.pk, follower.pk], state=State.FIRED).count() == 2 or procs.alive(runner_b)
+        ),
+        timeout=90,
+        what="runner B to re-drive the orphaned wake and then its lane follower",
     )
     assert procs.stop(runner_b) == 0, procs.log(runner_b)
 
@@ -177,7 +184,6 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
     assert follower_run[0]["start"] > runs[1]["start"]
 
 
-
 # --------------------------------------------------------------------------------------------------
 # 3. Fencing: a stalled runner's late settle cannot overwrite the new owner's outcome
 # --------------------------------------------------------------------------------------------------
@@ -185,24 +191,24 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
 
 def test_stalled_runner_cannot_overwrite_the_takeover_outcome(procs: Procs):
     wake = schedule(workspace_id="mp-fence", kind="probe.block", serial_key="fence-lane", delay="0s")
-    runner_a = procs.runner(
-        "runner-a", WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1", WAKES_PROBE_LATE_ERROR="1"
-    )
-    wait_for(
-        lambda: read_jsonl(procs.probe_dir, "block"), timeout=60, what="runner A to enter the blocking sink"
-    )
+    runner_a = procs.runner("runner-a", WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1", WAKES_PROBE_LATE_ERROR="1")
+    wait_for(lambda: read_jsonl(procs.probe_dir, "block"), timeout=60, what="runner A to enter the blocking sink")
     runner_a.send_signal(signal.SIGSTOP)
     try:
         wake.refresh_from_db()
         assert wake.state == State.FIRING
         lease_a = wake.lease_until
         # Let A's lease lapse while it is frozen, then bring in B.
-        wait_for(lambda: datetime.now(UTC) > lease_a + timedelta(milliseconds=500), timeout=30,
-                 what="runner A's lease to lapse")
+        wait_for(
+            lambda: datetime.now(UTC) > lease_a + timedelta(milliseconds=500),
+            timeout=30,
+            what="runner A's lease to lapse",
+        )
         runner_b = procs.runner("runner-b", WAKES_LEASE=LEASE)
         wait_for(
             lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists() or procs.alive(runner_b),
-            timeout=90, what="runner B to take over and settle",
+            timeout=90,
+            what="runner B to take over and settle",
         )
         assert procs.stop(runner_b) == 0, procs.log(runner_b)
         taken_over = Wake.objects.get(pk=wake.pk)
@@ -212,13 +218,14 @@ def test_stalled_runner_cannot_overwrite_the_takeover_outcome(procs: Procs):
 
     wait_for(
         lambda: "lease was taken over" in procs.log(runner_a) or procs.alive(runner_a),
-        timeout=60, what="runner A's late settle to be fenced off (warning in its log)",
+        timeout=60,
+        what="runner A's late settle to be fenced off (warning in its log)",
     )
     assert procs.stop(runner_a) == 0, procs.log(runner_a)
     assert "late finisher" in procs.log(runner_a), "A's sink really did finish late (and raised)"
 
     final = Wake.objects.get(pk=wake.pk)
-    fields = ["state", "attempts", "last_error", "fired_at", "lease_until", "claim_token", "claimed_by", "lane_lock"]
+    fields = ["state", "attempts", "last_error", "settled_at", "lease_until", "claim_token", "claimed_by", "lane_lock"]
     assert {f: getattr(final, f) for f in fields} == {f: getattr(taken_over, f) for f in fields}
     assert final.state == State.FIRED and final.last_error == "" and final.attempts == 2
     attempts = list(WakeAttempt.objects.filter(wake=wake).order_by("number", "id"))
@@ -317,7 +324,8 @@ def test_once_killed_inside_fn_is_interrupted_then_retry_runs_it_again(procs: Pr
     victim = procs.child("once", {**base, "fn_seconds": 600}, name="once-victim")
     wait_for(
         lambda: (effects.exists() and effects.read_text().strip()) or procs.alive(victim),
-        timeout=60, what="fn to start in the victim",
+        timeout=60,
+        what="fn to start in the victim",
     )
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=30) == -signal.SIGKILL

@@ -198,8 +198,14 @@ def test_invalid_schedule_is_a_wake_error() -> None:
 def test_each_occurrence_is_its_own_row_linked_by_chain(clock: FakeClock, sink: Callable[..., Recorder]) -> None:
     calls = sink()
     first = django_wakes.schedule(
-        workspace_id="ws-7", session_id="s-1", kind=KIND, serial_key="lane-a", intent={"job": "digest"},
-        every="1h", idempotency_key="digest-chain", max_attempts=3,
+        workspace_id="ws-7",
+        session_id="s-1",
+        kind=KIND,
+        serial_key="lane-a",
+        intent={"job": "digest"},
+        every="1h",
+        idempotency_key="digest-chain",
+        max_attempts=3,
     )
     drive(clock, first.chain_id, 3)
     rows = chain_rows(first.chain_id)
@@ -208,10 +214,17 @@ def test_each_occurrence_is_its_own_row_linked_by_chain(clock: FakeClock, sink: 
     assert [r.fire_at for r in rows] == [T0 + timedelta(hours=h) for h in (1, 2, 3, 4)]
     for row in rows:
         assert (row.workspace_id, row.session_id, row.kind, row.serial_key, row.intent) == (
-            "ws-7", "s-1", KIND, "lane-a", {"job": "digest"}
+            "ws-7",
+            "s-1",
+            KIND,
+            "lane-a",
+            {"job": "digest"},
         )
         assert (row.every, row.catch_up, row.max_attempts, row.chain_id) == (
-            timedelta(hours=1), "replay", 3, first.chain_id
+            timedelta(hours=1),
+            "replay",
+            3,
+            first.chain_id,
         )
     keys = [r.idempotency_key for r in rows]
     assert keys[0] == "digest-chain" and len(set(keys)) == 4
@@ -367,9 +380,7 @@ def test_latest_fires_once_for_the_newest_slot_with_the_missed_count(
 
 
 @pytest.mark.django_db
-def test_skip_fires_none_and_resumes_at_the_next_future_slot(
-    clock: FakeClock, sink: Callable[..., Recorder]
-) -> None:
+def test_skip_fires_none_and_resumes_at_the_next_future_slot(clock: FakeClock, sink: Callable[..., Recorder]) -> None:
     calls = sink()
     first = _down_for_three_periods(clock, "skip")
     report = django_wakes.run_due()
@@ -377,7 +388,10 @@ def test_skip_fires_none_and_resumes_at_the_next_future_slot(
     rows = chain_rows(first.chain_id)
     assert [r.state for r in rows] == ["cancelled", "pending"]
     assert rows[0].result == {
-        "trigger": "at", "slot": (T0 + timedelta(hours=1)).isoformat(), "skipped": True, "missed": 3
+        "trigger": "at",
+        "slot": (T0 + timedelta(hours=1)).isoformat(),
+        "skipped": True,
+        "missed": 3,
     }
     assert not WakeAttempt.objects.exists()
     assert rows[1].fire_at == T0 + timedelta(hours=4)
@@ -386,9 +400,14 @@ def test_skip_fires_none_and_resumes_at_the_next_future_slot(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("policy", "fired", "states"), [
-    ("latest", 1, ["fired"]), ("skip", 0, ["cancelled"]), ("replay", 1, ["fired", "pending"]),
-])
+@pytest.mark.parametrize(
+    ("policy", "fired", "states"),
+    [
+        ("latest", 1, ["fired"]),
+        ("skip", 0, ["cancelled"]),
+        ("replay", 1, ["fired", "pending"]),
+    ],
+)
 def test_catch_up_never_reaches_past_end_at(
     clock: FakeClock, sink: Callable[..., Recorder], policy: str, fired: int, states: list[str]
 ) -> None:
@@ -413,9 +432,7 @@ def test_tz_defaults_to_settings_time_zone(clock: FakeClock, sink: Callable[...,
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("policy", ["latest", "skip"])
-def test_late_within_one_period_fires_normally(
-    clock: FakeClock, sink: Callable[..., Recorder], policy: str
-) -> None:
+def test_late_within_one_period_fires_normally(clock: FakeClock, sink: Callable[..., Recorder], policy: str) -> None:
     calls = sink()
     first = recurring(every="1h", catch_up=policy)
     clock.set(T0 + timedelta(minutes=119))  # an hour late, but the next slot has not come
@@ -425,9 +442,7 @@ def test_late_within_one_period_fires_normally(
 
 
 @pytest.mark.django_db
-def test_skip_settles_a_slow_sinks_missed_slots_at_book_time(
-    clock: FakeClock, sink: Callable[..., Recorder]
-) -> None:
+def test_skip_settles_a_slow_sinks_missed_slots_at_book_time(clock: FakeClock, sink: Callable[..., Recorder]) -> None:
     def slow(wake: Wake, result: dict[str, Any]) -> None:
         clock.advance("150m")  # the sink ran past two more slots
 
@@ -566,10 +581,16 @@ def test_dst_daily_new_york_spring_forward_and_fall_back(sink: Callable[..., Rec
 @pytest.mark.parametrize(
     ("tz", "start", "expected"),
     [
-        (BERLIN, datetime(2025, 10, 25, 23, 30, tzinfo=UTC),
-         ["00:00Z=02:00 CEST", "01:00Z=02:00 CET", "02:00Z=03:00 CET", "03:00Z=04:00 CET"]),
-        (NEW_YORK, datetime(2025, 11, 2, 4, 30, tzinfo=UTC),
-         ["05:00Z=01:00 EDT", "06:00Z=01:00 EST", "07:00Z=02:00 EST", "08:00Z=03:00 EST"]),
+        (
+            BERLIN,
+            datetime(2025, 10, 25, 23, 30, tzinfo=UTC),
+            ["00:00Z=02:00 CEST", "01:00Z=02:00 CET", "02:00Z=03:00 CET", "03:00Z=04:00 CET"],
+        ),
+        (
+            NEW_YORK,
+            datetime(2025, 11, 2, 4, 30, tzinfo=UTC),
+            ["05:00Z=01:00 EDT", "06:00Z=01:00 EST", "07:00Z=02:00 EST", "08:00Z=03:00 EST"],
+        ),
     ],
 )
 def test_dst_hourly_fires_every_real_hour_across_fall_back(
@@ -624,7 +645,10 @@ def test_grid_collapses_slots_mapped_into_one_gap() -> None:
     grid = CronGrid("0,30 2 * * *", NEW_YORK)
     slots = _walk(grid, datetime(2025, 3, 8, 12, tzinfo=UTC), 4)
     assert [local(s, NEW_YORK)[5:] for s in slots] == [
-        "03-09 03:00 EDT", "03-10 02:00 EDT", "03-10 02:30 EDT", "03-11 02:00 EDT"
+        "03-09 03:00 EDT",
+        "03-10 02:00 EDT",
+        "03-10 02:30 EDT",
+        "03-11 02:00 EDT",
     ]
 
 
@@ -633,10 +657,16 @@ def test_grid_quarter_hours_in_the_repeated_hour_fire_twice_when_hour_is_wildcar
     fixed_hour = CronGrid("*/30 1 * * *", NEW_YORK)
     start = datetime(2025, 11, 2, 4, 45, tzinfo=UTC)  # 00:45 EDT
     assert [local(s, NEW_YORK)[11:] for s in _walk(every_hour, start, 5)] == [
-        "01:00 EDT", "01:30 EDT", "01:00 EST", "01:30 EST", "02:00 EST"
+        "01:00 EDT",
+        "01:30 EDT",
+        "01:00 EST",
+        "01:30 EST",
+        "02:00 EST",
     ]
     assert [local(s, NEW_YORK)[5:] for s in _walk(fixed_hour, start, 3)] == [
-        "11-02 01:00 EDT", "11-02 01:30 EDT", "11-03 01:00 EST"
+        "11-02 01:00 EDT",
+        "11-02 01:30 EDT",
+        "11-03 01:00 EST",
     ]
 
 

@@ -1,4 +1,4 @@
-"""The :class:`~django_wakes.runner.Runner` in this process: passes, push nudges, stop, gc, heartbeat, signals.
+"""The :class:`~django_wakes.runner.Sweeper` in this process: passes, push nudges, stop, gc, heartbeat, signals.
 
 Runners that loop run in a thread of the test process against the test database
 (``transaction=True``: what the test writes is committed, so the runner thread's own connection sees
@@ -25,7 +25,7 @@ from django.db import connections
 from django_wakes import clock, schedule, signals
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
-from django_wakes.runner import Runner
+from django_wakes.runner import Sweeper
 from django_wakes.sinks import registry
 from tests.factories import WakeFactory
 from tests.mp_support import wait_for
@@ -37,9 +37,7 @@ BACKSTOP = 30.0  # seconds: a polling interval no bounded wait below comes close
 WAIT = 10.0
 
 
-
-
-class SpyRunner(Runner):
+class SpyRunner(Sweeper):
     """A runner that says when it goes to sleep between passes (so a test knows the loop is idle)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -59,7 +57,7 @@ class SpyRunner(Runner):
 class Looping:
     """``runner.run()`` in a thread; re-raises whatever the loop raised when joined."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Sweeper) -> None:
         self.runner = runner
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name="test-runner-loop", daemon=True)
@@ -93,7 +91,7 @@ def loop(transactional_db) -> Iterator[Callable[..., Looping]]:
     started: list[Looping] = []
     releases: list[threading.Event] = []
 
-    def start(runner: Runner, *, release: threading.Event | None = None) -> Looping:
+    def start(runner: Sweeper, *, release: threading.Event | None = None) -> Looping:
         if release is not None:
             releases.append(release)
         looping = Looping(runner).start()
@@ -140,7 +138,7 @@ def test_run_once_returns_a_report_of_the_pass(sinks):
     failing = due_now("t.fail")
     future = schedule(workspace_id=WS, delay="1h", kind="t.ok")
 
-    runner = Runner()
+    runner = Sweeper()
     report = runner.run_once()
 
     assert report.claimed == 3
@@ -164,7 +162,7 @@ def test_run_once_only_takes_its_lanes(sinks):
     b = due_now("t.lanes", serial_key="lane-b")
     free = due_now("t.lanes")
 
-    report = Runner(lanes=["lane-a"]).run_once()
+    report = Sweeper(lanes=["lane-a"]).run_once()
 
     assert calls.ids == [a[0].pk], "one wake of lane-a per pass, earliest first; nothing of other lanes"
     assert report.claimed == 1
@@ -191,7 +189,7 @@ def test_sink_outcomes_send_wake_fired_failed_and_dead(sinks):
     signals.wake_failed.connect(receivers["failed"], weak=False)
     signals.wake_dead.connect(receivers["dead"], weak=False)
     try:
-        report = Runner().run_once()
+        report = Sweeper().run_once()
     finally:
         signals.wake_fired.disconnect(receivers["fired"])
         signals.wake_failed.disconnect(receivers["failed"])
@@ -212,7 +210,7 @@ def test_unwakeable_wake_is_logged_once_by_the_runner_then_fires_when_its_sink_r
     sinks("t.gone")
     wake = due_now("t.gone")
     registry.unregister("t.gone")
-    runner = Runner()
+    runner = Sweeper()
 
     with caplog.at_level(logging.DEBUG, logger="django_wakes"):
         first = runner.run_once()
@@ -248,8 +246,10 @@ def test_a_wake_created_due_now_in_this_process_nudges_the_sleeping_loop(sinks, 
     wake = due_now("t.push")
 
     # The loop sleeps up to 30 s; only the nudge can make this fire within the bounded wait.
-    wait_for(lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists(),
-             what=f"the nudged loop to fire wake {wake.pk} (backstop is {BACKSTOP:.0f}s)")
+    wait_for(
+        lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists(),
+        what=f"the nudged loop to fire wake {wake.pk} (backstop is {BACKSTOP:.0f}s)",
+    )
     assert calls.ids == [wake.pk]
     assert runner.sleeps >= sleeps_before
 
@@ -263,8 +263,11 @@ def test_a_wake_created_due_soon_in_this_process_shortens_the_sleep(sinks, loop)
 
     wake = schedule(workspace_id=WS, delay="2s", kind="t.soon")
 
-    wait_for(lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists(), timeout=15,
-             what=f"wake {wake.pk}, due in 2s, to fire long before the {BACKSTOP:.0f}s backstop")
+    wait_for(
+        lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists(),
+        timeout=15,
+        what=f"wake {wake.pk}, due in 2s, to fire long before the {BACKSTOP:.0f}s backstop",
+    )
     assert calls.ids == [wake.pk]
     attempt = WakeAttempt.objects.get(wake=wake)
     assert attempt.started_at >= wake.fire_at, "never early"
@@ -284,7 +287,7 @@ def test_stop_makes_run_return_and_deregisters(loop):
 def test_stop_finishes_the_wake_in_hand_and_hands_back_the_rest_of_the_batch(loop):
     entered, release, ids = blocking_sink("t.block")
     wakes = [due_now("t.block", intent={"n": n}) for n in range(3)]
-    runner = Runner(interval=BACKSTOP)
+    runner = Sweeper(interval=BACKSTOP)
     looping = loop(runner, release=release)
     assert entered.wait(WAIT), "the runner never entered the sink"
     assert Wake.objects.filter(state=State.FIRING).count() == 3, "one pass claims the whole batch"
@@ -305,14 +308,17 @@ def test_gc_every_deletes_old_terminal_wakes_while_the_loop_runs(settings, loop)
     settings.WAKES = {**settings.WAKES, "GC_AFTER": "1h"}
     long_ago = clock.now() - timedelta(hours=2)
     old = [WakeFactory(settled=True, updated_at=long_ago, created_at=long_ago) for _ in range(3)]
-    old_pending = WakeFactory(state=State.PENDING, fire_at=clock.now() + timedelta(days=1),
-                              created_at=long_ago, updated_at=long_ago)
+    old_pending = WakeFactory(
+        state=State.PENDING, fire_at=clock.now() + timedelta(days=1), created_at=long_ago, updated_at=long_ago
+    )
     recent = WakeFactory(settled=True)
 
-    runner = Runner(interval=0.1, gc_every=timedelta(milliseconds=200))
+    runner = Sweeper(interval=0.1, gc_every=timedelta(milliseconds=200))
     looping = loop(runner)
-    wait_for(lambda: not Wake.objects.filter(pk__in=[w.pk for w in old]).exists(),
-             what="the loop's periodic gc to delete terminal wakes older than GC_AFTER")
+    wait_for(
+        lambda: not Wake.objects.filter(pk__in=[w.pk for w in old]).exists(),
+        what="the loop's periodic gc to delete terminal wakes older than GC_AFTER",
+    )
     looping.stop()
 
     assert set(Wake.objects.values_list("pk", flat=True)) == {old_pending.pk, recent.pk}
@@ -337,7 +343,7 @@ def test_gc_every_none_never_deletes(settings, loop):
 def test_heartbeat_renews_the_lease_of_a_slow_wake_in_hand(loop):
     entered, release, _ = blocking_sink("t.slow")
     wake = due_now("t.slow")
-    runner = Runner(interval=BACKSTOP, lease=timedelta(seconds=1))
+    runner = Sweeper(interval=BACKSTOP, lease=timedelta(seconds=1))
     loop(runner, release=release)
     assert entered.wait(WAIT)
     first = Wake.objects.get(pk=wake.pk)
@@ -345,8 +351,10 @@ def test_heartbeat_renews_the_lease_of_a_slow_wake_in_hand(loop):
     registered = RunnerRow.objects.get(pk=runner.runner_id)
 
     # Three lease lengths later the lease has moved on with the clock, and it was never taken over.
-    wait_for(lambda: Wake.objects.get(pk=wake.pk).lease_until > first.lease_until + timedelta(seconds=2),
-             what="the heartbeat to push the lease forward")
+    wait_for(
+        lambda: Wake.objects.get(pk=wake.pk).lease_until > first.lease_until + timedelta(seconds=2),
+        what="the heartbeat to push the lease forward",
+    )
     renewed = Wake.objects.get(pk=wake.pk)
     assert (renewed.state, renewed.claim_token, renewed.attempts) == (State.FIRING, first.claim_token, 1)
     assert RunnerRow.objects.get(pk=runner.runner_id).heartbeat_at > registered.heartbeat_at
@@ -361,14 +369,16 @@ def test_heartbeat_keeps_renewing_while_stop_drains_the_wake_in_hand(loop):
     (another runner would re-drive it and this one's settle would be fenced off)."""
     entered, release, _ = blocking_sink("t.drain")
     wake = due_now("t.drain")
-    runner = Runner(interval=BACKSTOP, lease=timedelta(seconds=1))
+    runner = Sweeper(interval=BACKSTOP, lease=timedelta(seconds=1))
     looping = loop(runner, release=release)
     assert entered.wait(WAIT)
     runner.stop()
     at_stop = Wake.objects.get(pk=wake.pk)
 
-    wait_for(lambda: Wake.objects.get(pk=wake.pk).lease_until > at_stop.lease_until + timedelta(seconds=2),
-             what="the heartbeat to keep renewing the lease while the stopping runner drains")
+    wait_for(
+        lambda: Wake.objects.get(pk=wake.pk).lease_until > at_stop.lease_until + timedelta(seconds=2),
+        what="the heartbeat to keep renewing the lease while the stopping runner drains",
+    )
     assert looping.thread.is_alive(), "run() is still finishing the wake in hand"
 
     release.set()
@@ -388,24 +398,34 @@ def test_a_wake_recovered_at_boot_is_kept_alive_by_the_heartbeat(settings, loop)
     entered, release, ids = blocking_sink("t.orphan")
     now = clock.now()
     orphan = WakeFactory(
-        kind="t.orphan", state=State.FIRING, fire_at=now - timedelta(minutes=1), due_at=now - timedelta(minutes=1),
-        result={"trigger": "at"}, attempts=1, claim_token="f" * 32, claimed_by="dead-runner",
-        claimed_at=now - timedelta(minutes=1), lease_until=now - timedelta(seconds=30),
+        kind="t.orphan",
+        state=State.FIRING,
+        fire_at=now - timedelta(minutes=1),
+        due_at=now - timedelta(minutes=1),
+        result={"trigger": "at"},
+        attempts=1,
+        claim_token="f" * 32,
+        claimed_by="dead-runner",
+        claimed_at=now - timedelta(minutes=1),
+        lease_until=now - timedelta(seconds=30),
     )
-    runner = Runner(interval=BACKSTOP, lease=timedelta(seconds=1))
+    runner = Sweeper(interval=BACKSTOP, lease=timedelta(seconds=1))
     loop(runner, release=release)
     assert entered.wait(WAIT), "the runner never re-drove the orphan"
     taken = Wake.objects.get(pk=orphan.pk)
     assert taken.state == State.FIRING and taken.claimed_by == runner.runner_id and taken.attempts == 2
 
-    wait_for(lambda: Wake.objects.get(pk=orphan.pk).lease_until > taken.lease_until + timedelta(seconds=2),
-             what="the heartbeat to renew the re-driven wake's lease")
+    wait_for(
+        lambda: Wake.objects.get(pk=orphan.pk).lease_until > taken.lease_until + timedelta(seconds=2),
+        what="the heartbeat to renew the re-driven wake's lease",
+    )
 
     release.set()
     wait_for(lambda: Wake.objects.filter(pk=orphan.pk, state=State.FIRED).exists(), what="the orphan to settle")
     assert ids == [orphan.pk]
     assert [(a.number, a.outcome) for a in WakeAttempt.objects.filter(wake=orphan)] == [
-        (1, Outcome.INTERRUPTED), (2, Outcome.FIRED),
+        (1, Outcome.INTERRUPTED),
+        (2, Outcome.FIRED),
     ]
 
 
@@ -433,10 +453,9 @@ def test_concurrency_fires_lanes_in_parallel_threads_never_two_of_one_lane(loop)
 
     registry.register("t.parallel", fn, replace=True)
     wakes = [due_now("t.parallel", serial_key=f"lane-{n % 4}") for n in range(12)]
-    runner = Runner(interval=0.1, concurrency=3)
+    runner = Sweeper(interval=0.1, concurrency=3)
     looping = loop(runner)
-    wait_for(lambda: Wake.objects.filter(state=State.FIRED).count() == len(wakes), timeout=60,
-             what="all wakes to fire")
+    wait_for(lambda: Wake.objects.filter(state=State.FIRED).count() == len(wakes), timeout=60, what="all wakes to fire")
     looping.stop()
 
     assert sorted(pk for _, pk, _, _ in intervals) == sorted(w.pk for w in wakes), "each wake fired once"

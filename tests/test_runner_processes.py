@@ -60,8 +60,6 @@ needs_postgres = pytest.mark.skipif(
 # --------------------------------------------------------------------------------------------------
 
 
-
-
 def pid_of(runner_id: str) -> int:
     return int(runner_id.split(":")[1])
 
@@ -79,8 +77,11 @@ class Procs:
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            DATABASE_URL=self.db_url, DJANGO_SETTINGS_MODULE="testproject.settings",
-            WAKES_PROBE_DIR=str(self.probe_dir), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT),
+            DATABASE_URL=self.db_url,
+            DJANGO_SETTINGS_MODULE="testproject.settings",
+            WAKES_PROBE_DIR=str(self.probe_dir),
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(ROOT),
             WAKES_LOG_LEVEL="INFO",
         )
         env.update(extra)
@@ -91,8 +92,11 @@ class Procs:
         log_path = self.workdir / f"{name}.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "runwakes", *args], cwd=ROOT, env=self.env(**env),
-                stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "manage.py", "runwakes", *args],
+                cwd=ROOT,
+                env=self.env(**env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         proc.log_path = log_path  # type: ignore[attr-defined]
         self.procs.append(proc)
@@ -100,8 +104,13 @@ class Procs:
 
     def manage(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(**env), capture_output=True, text=True,
-            timeout=timeout, check=False,
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     @staticmethod
@@ -197,8 +206,11 @@ def pg_listening() -> bool:
 def test_signal_mid_sink_finishes_the_wake_in_hand_exits_0_and_deregisters(procs: Procs, signum: int):
     slow = probe(sleep=2.0)
     runner = procs.runner("runner", "--interval", "0.5")
-    wait_for(lambda: procs.phase("start", id=slow.pk) or procs.alive(runner), timeout=60,
-             what="the runner to enter the 2 s sink")
+    wait_for(
+        lambda: procs.phase("start", id=slow.pk) or procs.alive(runner),
+        timeout=60,
+        what="the runner to enter the 2 s sink",
+    )
     row = RunnerRow.objects.get(pid=runner.pid)
     assert row.host == socket.gethostname()
     behind = probe(sleep=0)  # due now, but the runner is busy: after the signal it must not start it
@@ -224,12 +236,18 @@ def test_signal_mid_sink_finishes_the_wake_in_hand_exits_0_and_deregisters(procs
 def test_a_second_signal_while_busy_exits_at_once_and_leaves_the_lease_to_lapse(procs: Procs):
     stuck = probe(sleep=120)
     runner = procs.runner("runner", "--interval", "0.5")
-    wait_for(lambda: procs.phase("start", id=stuck.pk) or procs.alive(runner), timeout=60,
-             what="the runner to enter the 120 s sink")
+    wait_for(
+        lambda: procs.phase("start", id=stuck.pk) or procs.alive(runner),
+        timeout=60,
+        what="the runner to enter the 120 s sink",
+    )
 
     runner.send_signal(signal.SIGTERM)
-    wait_for(lambda: "no new claims" in procs.log(runner) or procs.alive(runner), timeout=30,
-             what="the first signal to be handled")
+    wait_for(
+        lambda: "no new claims" in procs.log(runner) or procs.alive(runner),
+        timeout=30,
+        what="the first signal to be handled",
+    )
     runner.send_signal(signal.SIGTERM)
     rc = runner.wait(timeout=30)  # far less than the 120 s the sink would take
 
@@ -255,8 +273,11 @@ def test_without_push_the_backstop_fires_a_wake_created_by_another_process(procs
     settle_canary(procs, runner)
 
     wake = probe()  # created in this process: no NOTIFY reaches the runner
-    wait_for(lambda: fired(wake) or procs.alive(runner), timeout=60,
-             what="the backstop tick to fire a wake no push announced")
+    wait_for(
+        lambda: fired(wake) or procs.alive(runner),
+        timeout=60,
+        what="the backstop tick to fire a wake no push announced",
+    )
     print(f"\nbackstop ({connection.vendor}, --interval 3): due-to-claim {latency_ms(wake):.0f} ms")
     assert procs.stop(runner) == 0
 
@@ -275,8 +296,11 @@ def test_a_lost_notify_only_delays_the_wake_to_the_next_backstop_tick(procs: Pro
         wake = probe()  # committed without its NOTIFY: the hint is lost
     finally:
         signals.wake_created.connect(push._on_created, dispatch_uid=uid)
-    wait_for(lambda: fired(wake) or procs.alive(runner), timeout=60,
-             what="the backstop to fire the wake whose NOTIFY was lost")
+    wait_for(
+        lambda: fired(wake) or procs.alive(runner),
+        timeout=60,
+        what="the backstop to fire the wake whose NOTIFY was lost",
+    )
     print(f"\nlost NOTIFY (--interval 3): due-to-claim {latency_ms(wake):.0f} ms")
     assert procs.stop(runner) == 0
 
@@ -290,8 +314,11 @@ def test_notify_from_another_process_wakes_a_listening_runner(procs: Procs):
     samples = []
     for _ in range(5):
         wake = probe()  # this process commits and NOTIFYs; the runner sleeps up to 60 s otherwise
-        wait_for(lambda w=wake: fired(w) or procs.alive(runner), timeout=20,
-                 what="the NOTIFY to wake the runner (its backstop is 60 s)")
+        wait_for(
+            lambda w=wake: fired(w) or procs.alive(runner),
+            timeout=20,
+            what="the NOTIFY to wake the runner (its backstop is 60 s)",
+        )
         samples.append(latency_ms(wake))
     print(f"\npush (NOTIFY) due-to-claim ms: {', '.join(f'{s:.1f}' for s in samples)}")
     assert procs.stop(runner) == 0
@@ -300,8 +327,11 @@ def test_notify_from_another_process_wakes_a_listening_runner(procs: Procs):
 def test_a_runner_sleeps_until_the_next_due_wake_not_the_backstop(procs: Procs):
     wake = probe(delay="3s")
     runner = procs.runner("runner", "--interval", "60", "--no-listen")
-    wait_for(lambda: fired(wake) or procs.alive(runner), timeout=30,
-             what="the wake due in 3 s to fire (the runner's backstop is 60 s)")
+    wait_for(
+        lambda: fired(wake) or procs.alive(runner),
+        timeout=30,
+        what="the wake due in 3 s to fire (the runner's backstop is 60 s)",
+    )
     attempt = WakeAttempt.objects.get(wake=wake)
     assert attempt.started_at >= wake.fire_at, "never early"
     late_ms = (attempt.started_at - wake.fire_at).total_seconds() * 1000
@@ -318,15 +348,24 @@ def test_a_runner_sleeps_until_the_next_due_wake_not_the_backstop(procs: Procs):
 def test_a_slow_sink_is_not_redriven_while_its_runner_renews_the_lease(procs: Procs):
     slow = probe(sleep=6)
     runner_a = procs.runner("runner-a", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: procs.phase("start", id=slow.pk) or procs.alive(runner_a), timeout=60,
-             what="runner A to enter the 6 s sink")
+    wait_for(
+        lambda: procs.phase("start", id=slow.pk) or procs.alive(runner_a),
+        timeout=60,
+        what="runner A to enter the 6 s sink",
+    )
     runner_b = procs.runner("runner-b", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b), timeout=30,
-             what="runner B to register")
+    wait_for(
+        lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b),
+        timeout=30,
+        what="runner B to register",
+    )
     assert not procs.phase("end", id=slow.pk), "runner B came up too late to test anything; slow machine?"
 
-    wait_for(lambda: fired(slow) or len(procs.phase("start", id=slow.pk)) > 1 or procs.alive(runner_a, runner_b),
-             timeout=60, what="the slow wake to settle")
+    wait_for(
+        lambda: fired(slow) or len(procs.phase("start", id=slow.pk)) > 1 or procs.alive(runner_a, runner_b),
+        timeout=60,
+        what="the slow wake to settle",
+    )
     assert procs.stop(runner_a) == 0 and procs.stop(runner_b) == 0
 
     assert [(r["pid"], r["attempt"]) for r in procs.phase("start", id=slow.pk)] == [(runner_a.pid, 1)]
@@ -341,11 +380,17 @@ def test_a_wake_finishing_after_sigterm_keeps_its_lease_and_is_not_redriven(proc
     """Graceful shutdown with a short lease and a second runner: the draining runner still renews."""
     slow = probe(sleep=5)
     runner_a = procs.runner("runner-a", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: procs.phase("start", id=slow.pk) or procs.alive(runner_a), timeout=60,
-             what="runner A to enter the 5 s sink")
+    wait_for(
+        lambda: procs.phase("start", id=slow.pk) or procs.alive(runner_a),
+        timeout=60,
+        what="runner A to enter the 5 s sink",
+    )
     runner_b = procs.runner("runner-b", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b), timeout=30,
-             what="runner B to register")
+    wait_for(
+        lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b),
+        timeout=30,
+        what="runner B to register",
+    )
     runner_a.send_signal(signal.SIGTERM)
     assert not procs.phase("end", id=slow.pk), "the sink ended before the signal; slow machine?"
 
@@ -362,11 +407,15 @@ def test_a_wake_finishing_after_sigterm_keeps_its_lease_and_is_not_redriven(proc
 def test_a_killed_runners_wake_is_redriven_by_another_after_the_lease_lapses(procs: Procs):
     wake = probe(sleep=120, slow_attempts=[1])
     runner_a = procs.runner("runner-a", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: procs.phase("start", id=wake.pk) or procs.alive(runner_a), timeout=60,
-             what="runner A to enter the sink")
+    wait_for(
+        lambda: procs.phase("start", id=wake.pk) or procs.alive(runner_a), timeout=60, what="runner A to enter the sink"
+    )
     runner_b = procs.runner("runner-b", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
-    wait_for(lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b), timeout=30,
-             what="runner B to register")
+    wait_for(
+        lambda: RunnerRow.objects.filter(pid=runner_b.pid).exists() or procs.alive(runner_b),
+        timeout=30,
+        what="runner B to register",
+    )
     lease_seen = Wake.objects.get(pk=wake.pk).lease_until
 
     procs.kill(runner_a)
@@ -377,7 +426,8 @@ def test_a_killed_runners_wake_is_redriven_by_another_after_the_lease_lapses(pro
     assert wake.attempts == 2
     attempts = list(WakeAttempt.objects.filter(wake=wake).order_by("number"))
     assert [(a.number, a.outcome, pid_of(a.runner_id)) for a in attempts] == [
-        (1, Outcome.INTERRUPTED, runner_a.pid), (2, Outcome.FIRED, runner_b.pid),
+        (1, Outcome.INTERRUPTED, runner_a.pid),
+        (2, Outcome.FIRED, runner_b.pid),
     ]
     assert attempts[1].started_at >= lease_seen, "re-driven only after the (renewed) lease lapsed"
     starts = procs.phase("start", id=wake.pk)
@@ -398,8 +448,11 @@ def _live_runners() -> list[dict[str, Any]]:
 def test_status_lists_a_live_runner_and_a_killed_one_ages_out(procs: Procs, settings):
     settings.WAKES = {**settings.WAKES, "LEASE": "1s"}  # what this process judges staleness by
     runner = procs.runner("runner", "--interval", "0.5", WAKES_LEASE="1s")
-    wait_for(lambda: RunnerRow.objects.filter(pid=runner.pid).exists() or procs.alive(runner), timeout=60,
-             what="the runner to register")
+    wait_for(
+        lambda: RunnerRow.objects.filter(pid=runner.pid).exists() or procs.alive(runner),
+        timeout=60,
+        what="the runner to register",
+    )
 
     shown = procs.manage("wakes", "status", "--json", WAKES_LEASE="1s")
     assert shown.returncode == 0, shown.stderr
@@ -422,9 +475,16 @@ def _intervals(records: list[dict[str, Any]], kills: dict[int, int] | None = Non
     kills = kills or {}
     runs: dict[tuple[int, int, int], dict[str, Any]] = {}
     for r in records:
-        run = runs.setdefault((r["id"], r["attempt"], r["pid"]), {
-            "id": r["id"], "attempt": r["attempt"], "pid": r["pid"], "lane": r["lane"], "thread": r["thread"],
-        })
+        run = runs.setdefault(
+            (r["id"], r["attempt"], r["pid"]),
+            {
+                "id": r["id"],
+                "attempt": r["attempt"],
+                "pid": r["pid"],
+                "lane": r["lane"],
+                "thread": r["thread"],
+            },
+        )
         run[r["phase"]] = r["t"]
     for run in runs.values():
         run["completed"] = "end" in run
@@ -531,8 +591,7 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
             lane, fail, slow, at = plan[i]
             intent = {"i": i, "fail": True} if fail else {"i": i}
             intent.update({"sleep": SLOW_SINK} if slow else {"sleep_min": 0.002, "sleep_max": 0.008})
-            schedule(workspace_id=WS, kind=KIND, at=at, serial_key=lane, intent=intent,
-                     max_attempts=1 if fail else 10)
+            schedule(workspace_id=WS, kind=KIND, at=at, serial_key=lane, intent=intent, max_attempts=1 if fail else 10)
     wakes = {w.pk: w for w in Wake.objects.filter(workspace_id=WS)}
     failing = {pk for pk, w in wakes.items() if w.intent.get("fail")}
     slow_ids = {pk for pk, w in wakes.items() if w.intent.get("sleep") == SLOW_SINK}
@@ -555,7 +614,8 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
             records = procs.records()
             ended = {(r["pid"], r["id"], r["attempt"]) for r in records if r["phase"] != "start"}
             busy = {
-                r["pid"] for r in records
+                r["pid"]
+                for r in records
                 if r["phase"] == "start" and r["id"] in slow_ids and (r["pid"], r["id"], r["attempt"]) not in ended
             }
             candidates = [p for p in live if p.pid in busy and p.poll() is None]
@@ -572,7 +632,8 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
     settled = {State.FIRED, State.DEAD}
     wait_for(
         lambda: not Wake.objects.filter(workspace_id=WS).exclude(state__in=settled).exists() or procs.alive(*live),
-        timeout=180, interval=0.5,
+        timeout=180,
+        interval=0.5,
         what=f"every wake to settle (states now: {Counter(Wake.objects.values_list('state', flat=True))})",
     )
     elapsed = time.monotonic() - began

@@ -118,8 +118,9 @@ def test_sink_schedules_a_follow_up_outside_a_transaction(clock, sinks):
     followups = sinks("test.sinks.followup")
 
     def chain(wake, result):
-        engine.schedule(workspace_id=wake.workspace_id, kind="test.sinks.followup", delay="1m",
-                        intent={"after": wake.pk})
+        engine.schedule(
+            workspace_id=wake.workspace_id, kind="test.sinks.followup", delay="1m", intent={"after": wake.pk}
+        )
 
     calls = sinks(KIND, then=chain)
     wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
@@ -151,9 +152,7 @@ def test_sink_schedules_inside_its_own_atomic_block(clock, sinks):
 
 
 @pytest.mark.django_db
-def test_sink_whose_transaction_rolls_back_leaves_no_follow_up_and_the_retry_schedules_it_once(
-    clock, sinks, settings
-):
+def test_sink_whose_transaction_rolls_back_leaves_no_follow_up_and_the_retry_schedules_it_once(clock, sinks, settings):
     """A durable retry: the follow-up and the failure are atomic, the idempotency key dedups re-runs."""
     settings.WAKES = {**settings.WAKES, "BACKOFF": {"BASE": "1s", "FACTOR": 1, "MAX": "1s"}}
     followups = sinks("test.sinks.followup")

@@ -1,4 +1,4 @@
-"""``manage.py runwakes``: argument parsing and logging set-up around :class:`~django_wakes.runner.Runner`."""
+"""``manage.py runwakes``: argument parsing and logging set-up around :class:`~django_wakes.runner.Sweeper`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.runner import Runner
+from django_wakes.runner import Sweeper
 
 
 def positive_float(value: str) -> float:
@@ -59,12 +59,16 @@ class Command(BaseCommand):
             "--once", action="store_true", help="Run a single pass and exit; exit status 1 if any wake failed."
         )
         parser.add_argument(
-            "--interval", type=positive_float, default=None,
+            "--interval",
+            type=positive_float,
+            default=None,
             help="Longest sleep between passes in seconds: the polling backstop (WAKES['POLL_INTERVAL'], 1.0).",
         )
         parser.add_argument("--batch", type=positive_int, default=None, help="Wakes claimed per pass (WAKES['BATCH']).")
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1,
+            "--concurrency",
+            type=positive_int,
+            default=1,
             help="Lanes fired in parallel, each in its own thread and connection (default %(default)r).",
         )
         parser.add_argument("--lease", type=duration, default=None, help="Claim lease, e.g. 5m (WAKES['LEASE']).")
@@ -72,11 +76,15 @@ class Command(BaseCommand):
             "--no-listen", action="store_true", help="Do not LISTEN for push hints on PostgreSQL (poll only)."
         )
         parser.add_argument(
-            "--gc-every", type=duration, default=timedelta(hours=1),
+            "--gc-every",
+            type=duration,
+            default=timedelta(hours=1),
             help="How often to delete terminal wakes older than WAKES['GC_AFTER'] (default 1h).",
         )
         parser.add_argument(
-            "--shutdown-timeout", type=positive_float, default=30.0,
+            "--shutdown-timeout",
+            type=positive_float,
+            default=30.0,
             help="Seconds to finish the wakes in hand after SIGTERM before exiting anyway (default %(default)r).",
         )
         parser.add_argument("--lanes", type=lane_list, default=None, help="Only fire these comma-separated lanes.")
@@ -102,9 +110,15 @@ class Command(BaseCommand):
             handler = logging.StreamHandler(self.stderr._out)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
-        runner = Runner(
-            interval=interval, batch=batch, concurrency=concurrency, lease=lease, listen=not no_listen,
-            gc_every=gc_every, lanes=lanes, shutdown_timeout=shutdown_timeout,
+        runner = Sweeper(
+            interval=interval,
+            batch=batch,
+            concurrency=concurrency,
+            lease=lease,
+            listen=not no_listen,
+            gc_every=gc_every,
+            lanes=lanes,
+            shutdown_timeout=shutdown_timeout,
         )
         if once:
             runner.run_once()

@@ -43,8 +43,13 @@ def status_snapshot() -> dict[str, Any]:
         },
         "next_due_at": next_due.isoformat() if next_due else None,
         "runners": [
-            {"id": r.id, "host": r.host, "pid": r.pid, "started_at": r.started_at.isoformat(),
-             "heartbeat_at": r.heartbeat_at.isoformat()}
+            {
+                "id": r.id,
+                "host": r.host,
+                "pid": r.pid,
+                "started_at": r.started_at.isoformat(),
+                "heartbeat_at": r.heartbeat_at.isoformat(),
+            }
             for r in live.order_by("started_at")
         ],
     }

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 import django_wakes
-from django_wakes.runner import Runner
+from django_wakes.runner import Sweeper
 from django_wakes.sinks import registry
 
 
@@ -27,22 +27,32 @@ class Command(BaseCommand):
         out = self.stdout
         out.write(self.style.MIGRATE_HEADING("Scheduling three wakes"))
         timed = django_wakes.schedule(
-            workspace_id="demo", session_id="session-1", delay=f"{delay}s", kind="demo.print",
-            intent={"say": "the delayed wake"}, idempotency_key=f"demo-delay-{stamp}",
+            workspace_id="demo",
+            session_id="session-1",
+            delay=f"{delay}s",
+            kind="demo.print",
+            intent={"say": "the delayed wake"},
+            idempotency_key=f"demo-delay-{stamp}",
         )
         out.write(f"  wake {timed.pk}: at +{delay:g}s (trigger 'at')")
         watcher = django_wakes.watch(
-            workspace_id="demo", event_key=f"ci:pass:{stamp}", kind="demo.print", expires_in="1h",
+            workspace_id="demo",
+            event_key=f"ci:pass:{stamp}",
+            kind="demo.print",
+            expires_in="1h",
             intent={"say": "CI passed"},
         )
         out.write(f"  wake {watcher.pk}: waits for event 'ci:pass:{stamp}'")
         approval = django_wakes.request_approval(
-            workspace_id="demo", prompt="Deploy to production?", expires_in="1h", kind="demo.print",
+            workspace_id="demo",
+            prompt="Deploy to production?",
+            expires_in="1h",
+            kind="demo.print",
             intent={"say": "approval answered"},
         )
         out.write(f"  wake {approval.wake.pk}: waits for an approval (token shown once: {approval.token[:6]}…)")
 
-        runner = Runner(interval=0.2)
+        runner = Sweeper(interval=0.2)
         out.write(self.style.MIGRATE_HEADING("Pass 1: nothing is due yet"))
         report = runner.run_once()
         out.write(f"  fired {report.fired}")
