@@ -10,9 +10,10 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from django_wakes import clock, engine
+import django_wakes
+from django_wakes import clock
 from django_wakes.models import Outcome, Receipt, ReceiptState, Runner, State, TriggerType, Wake, WakeAttempt
-from django_wakes.runner import stale_after
+from django_wakes.querysets import stale_after
 from django_wakes.testing import fake_clock
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,7 @@ def every_state() -> dict[str, Wake]:
     wakes["dead"].last_error = "Traceback (most recent call last):\n  ...\nRuntimeError: <sink> broke & stayed broke"
     wakes["dead"].attempts = 5
     wakes["dead"].save()
-    wakes["approval"] = engine.request_approval(
+    wakes["approval"] = django_wakes.request_approval(
         workspace_id="ws-admin", prompt="Ship it?", expires_in="1h", kind=KIND
     ).wake
     return wakes
@@ -255,7 +256,7 @@ def test_action_reports_only_skips_when_nothing_qualifies(admin_client: Any) -> 
 
 
 # --------------------------------------------------------------------------------------------------
-# engine.requeue
+# django_wakes.requeue
 # --------------------------------------------------------------------------------------------------
 
 
@@ -263,10 +264,10 @@ def test_requeue_is_a_single_winner_transition_out_of_dead() -> None:
     with fake_clock(START):
         dead = make_wake(State.DEAD, attempts=5, last_error="boom", serial_key="lane-1", result={"trigger": "at"})
         others = [make_wake(state) for state in State.values if state != State.DEAD]
-        assert engine.requeue(dead.pk) is True
-        assert engine.requeue(dead.pk) is False
-        assert not any(engine.requeue(w.pk) for w in others)
-        assert engine.requeue(10**12) is False
+        assert django_wakes.requeue(dead.pk) is True
+        assert django_wakes.requeue(dead.pk) is False
+        assert not any(django_wakes.requeue(w.pk) for w in others)
+        assert django_wakes.requeue(10**12) is False
     dead.refresh_from_db()
     assert dead.state == State.PENDING
     assert (dead.attempts, dead.due_at, dead.lane_lock, dead.settled_at) == (0, START, None, None)
@@ -274,14 +275,14 @@ def test_requeue_is_a_single_winner_transition_out_of_dead() -> None:
 
 
 def test_requeued_wake_fires_again() -> None:
-    import django_wakes
+    from django_wakes import engine
 
     assert django_wakes.requeue is engine.requeue
     with fake_clock(START) as fake:
         dead = make_wake(State.DEAD, attempts=5, last_error="boom", due_at=START - timedelta(hours=1))
-        engine.requeue(dead.pk)
+        django_wakes.requeue(dead.pk)
         fake.advance("1s")
-        report = engine.run_due(runner_id="test-admin")
+        report = django_wakes.run_due(runner_id="test-admin")
     assert report.outcomes == {dead.pk: Outcome.FIRED}
     dead.refresh_from_db()
     assert (dead.state, dead.attempts, dead.last_error) == (State.FIRED, 1, "")
@@ -293,7 +294,7 @@ def test_requeue_closes_a_recurring_chain_that_already_booked_its_successor() ->
         dead = make_wake(State.DEAD, cron="* * * * *", chain_id="chain-1", fire_at=fire_at, attempts=5)
         one_shot_end = START + timedelta(days=1)
         plain = make_wake(State.DEAD, end_at=one_shot_end)
-        assert engine.requeue(dead.pk) and engine.requeue(plain.pk)
+        assert django_wakes.requeue(dead.pk) and django_wakes.requeue(plain.pk)
     dead.refresh_from_db()
     plain.refresh_from_db()
     assert dead.end_at == fire_at

@@ -60,39 +60,39 @@ def assert_refused(exc_type, call, match=None):
 
 @pytest.mark.parametrize("delay", ["soon", "", "10", "5 minutes", "-1s", "1h30", 90, 1.5, "1000000000d"])
 def test_schedule_with_unparseable_delay(clock, kind, delay):
-    assert_refused(InvalidDuration, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay=delay), "delay")
+    assert_refused(InvalidDuration, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay=delay), "delay")
 
 
 def test_schedule_with_a_delay_beyond_the_calendar_is_refused(clock, kind):
     # a parseable duration that would put fire_at past year 9999
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="999999999d"))
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="999999999d"))
 
 
 @pytest.mark.parametrize("at", [math.nan, math.inf, -math.inf, float("nan")])
 def test_schedule_with_non_finite_epoch_ms(clock, kind, at):
-    assert_refused(InvalidTime, lambda: engine.schedule(workspace_id=WS, kind=KIND, at=at), "at")
+    assert_refused(InvalidTime, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, at=at), "at")
 
 
 def test_schedule_with_naive_datetime(clock, kind):
     naive = datetime(2030, 1, 2, 12, 0)
-    assert_refused(InvalidTime, lambda: engine.schedule(workspace_id=WS, kind=KIND, at=naive), "naive")
+    assert_refused(InvalidTime, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, at=naive), "naive")
 
 
 @pytest.mark.parametrize("at", ["2030-01-02T00:00:00Z", True, 10**30])
 def test_schedule_with_unusable_at(clock, kind, at):
-    assert_refused(InvalidTime, lambda: engine.schedule(workspace_id=WS, kind=KIND, at=at))
+    assert_refused(InvalidTime, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, at=at))
 
 
 def test_schedule_with_both_delay_and_at(clock, kind):
     err = assert_refused(
         InvalidWake,
-        lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", at=clock.now() + timedelta(minutes=1)),
+        lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", at=clock.now() + timedelta(minutes=1)),
     )
     assert "delay" in str(err) and "at" in str(err)
 
 
 def test_schedule_with_neither_delay_nor_at(clock, kind):
-    err = assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=KIND))
+    err = assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND))
     assert "exactly one" in str(err)
 
 
@@ -109,93 +109,101 @@ def test_schedule_with_neither_delay_nor_at(clock, kind):
     ids=["datetime", "set", "nan", "inf", "object", "bytes"],
 )
 def test_schedule_with_non_json_intent(clock, kind, intent):
-    assert_refused(InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=intent))
+    assert_refused(InvalidIntent, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=intent))
 
 
 def test_oversized_intent_is_refused_and_limit_is_configurable(clock, kind, settings):
     settings.WAKES = {**settings.WAKES, "INTENT_MAX_BYTES": 100}
     big = {"blob": "x" * 200}
     err = assert_refused(
-        InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=big), "intent"
+        InvalidIntent, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=big), "intent"
     )
     assert "100" in str(err)
     # exactly at the limit is fine: '{"blob":"' + n*'x' + '"}' is n + 11 bytes
     fits = {"blob": "x" * 89}
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=fits)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=fits)
     assert Wake.objects.get(pk=wake.pk).intent == fits
 
 
 def test_default_intent_limit_is_64_kib(clock, kind, settings):
     settings.WAKES = {k: v for k, v in settings.WAKES.items() if k != "INTENT_MAX_BYTES"}
     over = {"blob": "x" * (64 * 1024)}
-    assert_refused(InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=over))
+    assert_refused(InvalidIntent, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=over))
     under = {"blob": "x" * (64 * 1024 - 100)}
-    assert engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=under).pk
+    assert django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent=under).pk
 
 
 def test_multibyte_intent_is_measured_in_bytes(clock, kind, settings):
     settings.WAKES = {**settings.WAKES, "INTENT_MAX_BYTES": 50}
     # 30 characters but well over 50 bytes once encoded (json.dumps escapes to \\uXXXX: 6 bytes each)
-    assert_refused(InvalidIntent, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent="é" * 30))
+    assert_refused(
+        InvalidIntent, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent="é" * 30)
+    )
 
 
 @pytest.mark.parametrize("workspace", [None, "", "   ", 3.5, ["ws"], "w" * 201])
 def test_schedule_with_bad_workspace(clock, kind, workspace):
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=workspace, kind=KIND, delay="1m"), "workspace")
+    assert_refused(
+        InvalidWake, lambda: django_wakes.schedule(workspace_id=workspace, kind=KIND, delay="1m"), "workspace"
+    )
 
 
 def test_schedule_with_unknown_kind(clock):
-    err = assert_refused(UnknownKind, lambda: engine.schedule(workspace_id=WS, kind="nobody.home", delay="1m"))
+    err = assert_refused(UnknownKind, lambda: django_wakes.schedule(workspace_id=WS, kind="nobody.home", delay="1m"))
     assert "nobody.home" in str(err)
 
 
 def test_kind_longer_than_the_column_is_refused_on_every_database(clock, sinks):
     long_kind = "k" * (Wake._meta.get_field("kind").max_length + 1)
     sinks(long_kind)
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=long_kind, delay="1m"), "kind")
-    assert_refused(InvalidWake, lambda: engine.watch(workspace_id=WS, kind=long_kind, event_key="e"), "kind")
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=long_kind, delay="1m"), "kind")
+    assert_refused(InvalidWake, lambda: django_wakes.watch(workspace_id=WS, kind=long_kind, event_key="e"), "kind")
 
 
 def test_session_turn_without_spawn_turn_is_unknown_kind(clock, settings):
     settings.WAKES = {**settings.WAKES, "SPAWN_TURN": None}
-    err = assert_refused(UnknownKind, lambda: engine.schedule(workspace_id=WS, session_id="s1", delay="1m"))
+    err = assert_refused(UnknownKind, lambda: django_wakes.schedule(workspace_id=WS, session_id="s1", delay="1m"))
     assert "SPAWN_TURN" in str(err)
 
 
 def test_session_turn_needs_a_session(clock, spawned):
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, delay="1m"), "session_id")
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, delay="1m"), "session_id")
 
 
 @pytest.mark.parametrize("bad_kind", ["", None, 5])
 def test_schedule_with_bad_kind(clock, bad_kind):
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=bad_kind, delay="1m"), "kind")
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=bad_kind, delay="1m"), "kind")
 
 
 def test_expiry_in_the_past_or_now_is_refused(clock, kind):
     now = clock.now()
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=now))
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=now))
     assert_refused(
         InvalidWake,
-        lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=now - timedelta(seconds=1)),
+        lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=now - timedelta(seconds=1)),
     )
-    assert_refused(InvalidDuration, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="0s"))
     assert_refused(
-        InvalidDuration, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="tomorrow")
+        InvalidDuration, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="0s")
+    )
+    assert_refused(
+        InvalidDuration, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="tomorrow")
     )
     assert_refused(
         InvalidTime,
-        lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=datetime(2030, 2, 1)),
+        lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_at=datetime(2030, 2, 1)),
     )
 
 
 def test_coalesce_without_serial_key_is_refused(clock, kind):
-    assert_refused(InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", coalesce=True))
+    assert_refused(InvalidWake, lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", coalesce=True))
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "3", 2.0])
 def test_max_attempts_must_be_a_positive_integer(clock, kind, bad):
     assert_refused(
-        InvalidWake, lambda: engine.schedule(workspace_id=WS, kind=KIND, delay="1m", max_attempts=bad), "max_attempts"
+        InvalidWake,
+        lambda: django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", max_attempts=bad),
+        "max_attempts",
     )
 
 
@@ -206,22 +214,26 @@ def test_max_attempts_must_be_a_positive_integer(clock, kind, bad):
 
 @pytest.mark.parametrize("event_key", ["", "   ", None, "e" * 201])
 def test_watch_with_empty_event_key(clock, kind, event_key):
-    assert_refused(InvalidWake, lambda: engine.watch(workspace_id=WS, kind=KIND, event_key=event_key), "event_key")
+    assert_refused(
+        InvalidWake, lambda: django_wakes.watch(workspace_id=WS, kind=KIND, event_key=event_key), "event_key"
+    )
 
 
 def test_watch_with_bad_expiry_or_intent(clock, kind):
-    assert_refused(InvalidDuration, lambda: engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="x"))
     assert_refused(
-        InvalidIntent, lambda: engine.watch(workspace_id=WS, kind=KIND, event_key="e", intent={"n": math.nan})
+        InvalidDuration, lambda: django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="x")
     )
-    assert_refused(UnknownKind, lambda: engine.watch(workspace_id=WS, kind="nobody.home", event_key="e"))
+    assert_refused(
+        InvalidIntent, lambda: django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", intent={"n": math.nan})
+    )
+    assert_refused(UnknownKind, lambda: django_wakes.watch(workspace_id=WS, kind="nobody.home", event_key="e"))
 
 
 @pytest.mark.parametrize("prompt", ["", "   ", None, 42])
 def test_request_approval_with_empty_prompt(clock, kind, prompt):
     assert_refused(
         InvalidWake,
-        lambda: engine.request_approval(workspace_id=WS, kind=KIND, prompt=prompt, expires_in="1h"),
+        lambda: django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt=prompt, expires_in="1h"),
         "prompt",
     )
 
@@ -229,7 +241,7 @@ def test_request_approval_with_empty_prompt(clock, kind, prompt):
 def test_request_approval_without_expiry(clock, kind):
     assert_refused(
         InvalidWake,
-        lambda: engine.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy?"),
+        lambda: django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy?"),
         "expires",
     )
 
@@ -237,20 +249,20 @@ def test_request_approval_without_expiry(clock, kind):
 def test_request_approval_with_bad_expiry(clock, kind):
     assert_refused(
         InvalidTime,
-        lambda: engine.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy?", expires_at=math.nan),
+        lambda: django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy?", expires_at=math.nan),
     )
     assert_refused(
         InvalidWake,
-        lambda: engine.request_approval(
+        lambda: django_wakes.request_approval(
             workspace_id=WS, kind=KIND, prompt="Deploy?", expires_at=clock.now() - timedelta(minutes=1)
         ),
     )
 
 
 def test_deliver_event_validates_before_touching_watchers(clock, kind):
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e")
-    assert_refused(InvalidWake, lambda: engine.deliver_event(workspace_id=WS, event_key=""))
-    assert_refused(InvalidIntent, lambda: engine.deliver_event(workspace_id=WS, event_key="e", payload={1, 2}))
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e")
+    assert_refused(InvalidWake, lambda: django_wakes.deliver_event(workspace_id=WS, event_key=""))
+    assert_refused(InvalidIntent, lambda: django_wakes.deliver_event(workspace_id=WS, event_key="e", payload={1, 2}))
     row = Wake.objects.get(pk=wake.pk)
     assert row.fire_at is None and row.result is None and row.state == State.PENDING
 
@@ -261,7 +273,7 @@ def test_deliver_event_validates_before_touching_watchers(clock, kind):
 
 
 def test_valid_schedule_writes_one_pending_row(clock, kind):
-    wake = engine.schedule(
+    wake = django_wakes.schedule(
         workspace_id=WS, session_id="s-1", kind=KIND, delay="1h30m", serial_key="lane", intent={"say": "hi", "n": [1]}
     )
     row = Wake.objects.get(pk=wake.pk)
@@ -280,25 +292,25 @@ def test_valid_schedule_writes_one_pending_row(clock, kind):
 
 
 def test_intent_is_round_tripped_as_json(clock, kind):
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="1m", intent={"t": (1, 2)})
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", intent={"t": (1, 2)})
     assert wake.intent == {"t": [1, 2]}
     assert Wake.objects.get(pk=wake.pk).intent == {"t": [1, 2]}
 
 
 def test_at_accepts_epoch_milliseconds_and_other_zones(clock, kind):
     ms = int((clock.now() + timedelta(minutes=5)).timestamp() * 1000)
-    by_ms = engine.schedule(workspace_id=WS, kind=KIND, at=ms)
+    by_ms = django_wakes.schedule(workspace_id=WS, kind=KIND, at=ms)
     assert Wake.objects.get(pk=by_ms.pk).fire_at == clock.now() + timedelta(minutes=5)
     from zoneinfo import ZoneInfo
 
     local = datetime(2030, 1, 1, 1, 0, tzinfo=ZoneInfo("Europe/Paris"))  # 00:00 UTC
-    by_zone = engine.schedule(workspace_id=WS, kind=KIND, at=local)
+    by_zone = django_wakes.schedule(workspace_id=WS, kind=KIND, at=local)
     assert Wake.objects.get(pk=by_zone.pk).fire_at == clock.now()
 
 
 def test_expires_at_beats_expires_in(clock, kind):
     at = clock.now() + timedelta(hours=2)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="3h", expires_in="10m", expires_at=at)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="3h", expires_in="10m", expires_at=at)
     row = Wake.objects.get(pk=wake.pk)
     assert row.expires_at == at
     assert row.due_at == at  # the expiry comes first, so that is when a runner looks at it
@@ -306,14 +318,14 @@ def test_expires_at_beats_expires_in(clock, kind):
 
 def test_max_attempts_setting_is_the_default(clock, kind, settings):
     settings.WAKES = {**settings.WAKES, "MAX_ATTEMPTS": 2}
-    assert engine.schedule(workspace_id=WS, kind=KIND, delay="1m").max_attempts == 2
-    assert engine.schedule(workspace_id=WS, kind=KIND, delay="1m", max_attempts=9).max_attempts == 9
+    assert django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m").max_attempts == 2
+    assert django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", max_attempts=9).max_attempts == 9
 
 
 def test_approval_stores_only_the_token_hash(clock, kind):
     from django.db import connection
 
-    request = engine.request_approval(workspace_id=WS, kind=KIND, prompt="Ship it?", expires_in="1h")
+    request = django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt="Ship it?", expires_in="1h")
     token = request.token
     assert isinstance(token, str) and len(token) >= 32
     row = Wake.objects.filter(pk=request.wake.pk).values().get()
@@ -335,7 +347,9 @@ def test_approval_stores_only_the_token_hash(clock, kind):
 
 
 def test_tokens_are_unique_per_approval(clock, kind):
-    tokens = {engine.request_approval(workspace_id=WS, kind=KIND, prompt="?", expires_in="1h").token for _ in range(5)}
+    tokens = {
+        django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt="?", expires_in="1h").token for _ in range(5)
+    }
     assert len(tokens) == 5
 
 

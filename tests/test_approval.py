@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+import django_wakes
 from django_wakes import engine
 from django_wakes.exceptions import (
     ApprovalAlreadyResolved,
@@ -42,20 +43,20 @@ def authorize(settings):
 
 
 def request(**extra):
-    return engine.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy to prod?", expires_in="1h", **extra)
+    return django_wakes.request_approval(workspace_id=WS, kind=KIND, prompt="Deploy to prod?", expires_in="1h", **extra)
 
 
 def test_resolve_fires_the_wake_with_the_answer(clock, sinks, authorize):
     calls = sinks(KIND)
     req = request(intent={"pr": 12})
-    assert engine.run_due().claimed == 0  # waiting for a human
+    assert django_wakes.run_due().claimed == 0  # waiting for a human
     clock.advance("10m")
-    wake = engine.resolve(req.token, {"approved": True, "note": "lgtm"}, "alice")
+    wake = django_wakes.resolve(req.token, {"approved": True, "note": "lgtm"}, "alice")
     assert wake.pk == req.wake.pk
     assert wake.fire_at == wake.due_at == clock.now()
     assert wake.state == State.PENDING
     assert authorize == [("alice", WS)]
-    assert engine.run_due().fired == 1
+    assert django_wakes.run_due().fired == 1
     assert calls.results == [
         {"trigger": "on_approval", "answer": {"approved": True, "note": "lgtm"}, "resolved_by": "alice"}
     ]
@@ -65,12 +66,12 @@ def test_resolve_fires_the_wake_with_the_answer(clock, sinks, authorize):
 def test_second_resolve_gets_already_resolved(clock, sinks, authorize):
     calls = sinks(KIND)
     req = request()
-    engine.resolve(req.token, "yes", "alice")
+    django_wakes.resolve(req.token, "yes", "alice")
     with pytest.raises(ApprovalAlreadyResolved):
-        engine.resolve(req.token, "no", "bob")
-    engine.run_due()
+        django_wakes.resolve(req.token, "no", "bob")
+    django_wakes.run_due()
     with pytest.raises(ApprovalAlreadyResolved):
-        engine.resolve(req.token, "no", "bob")
+        django_wakes.resolve(req.token, "no", "bob")
     assert calls.results == [{"trigger": "on_approval", "answer": "yes", "resolved_by": "alice"}]
     assert row(req.wake).result["answer"] == "yes"
 
@@ -80,10 +81,10 @@ def test_resolve_without_authorize_hook_is_denied_never_allow_all(clock, sinks, 
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
     req = request()
     with pytest.raises(ApprovalDenied, match="AUTHORIZE"):
-        engine.resolve(req.token, "yes", "admin")
+        django_wakes.resolve(req.token, "yes", "admin")
     untouched = row(req.wake)
     assert untouched.result is None and untouched.fire_at is None and untouched.state == State.PENDING
-    engine.run_due()
+    django_wakes.run_due()
     assert calls == []
 
 
@@ -91,10 +92,10 @@ def test_resolve_by_an_unauthorized_actor_is_denied_and_changes_nothing(clock, s
     sinks(KIND)
     req = request()
     with pytest.raises(ApprovalDenied, match="mallory"):
-        engine.resolve(req.token, "yes", "mallory")
+        django_wakes.resolve(req.token, "yes", "mallory")
     assert row(req.wake).fire_at is None
     # the token stays usable for someone allowed
-    engine.resolve(req.token, "yes", "bob")
+    django_wakes.resolve(req.token, "yes", "bob")
     assert row(req.wake).result["resolved_by"] == "bob"
 
 
@@ -110,7 +111,7 @@ def test_actor_with_get_username_is_named_by_it(clock, sinks, settings):
 
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": lambda actor, ws: True}
     req = request()
-    engine.resolve(req.token, "ok", User())
+    django_wakes.resolve(req.token, "ok", User())
     assert row(req.wake).result == {"trigger": "on_approval", "answer": "ok", "resolved_by": "carol"}
 
 
@@ -119,21 +120,21 @@ def test_unknown_token_is_not_found(clock, sinks, authorize, token):
     sinks(KIND)
     request()
     with pytest.raises(ApprovalNotFound):
-        engine.resolve(token, "yes", "alice")
+        django_wakes.resolve(token, "yes", "alice")
 
 
 def test_the_token_hash_alone_does_not_resolve(clock, sinks, authorize):
     sinks(KIND)
     req = request()
     with pytest.raises(ApprovalNotFound):
-        engine.resolve(row(req.wake).token_hash, "yes", "alice")
+        django_wakes.resolve(row(req.wake).token_hash, "yes", "alice")
 
 
 def test_answer_must_be_json(clock, sinks, authorize):
     sinks(KIND)
     req = request()
     with pytest.raises(InvalidIntent):
-        engine.resolve(req.token, {"when": object()}, "alice")
+        django_wakes.resolve(req.token, {"when": object()}, "alice")
     assert row(req.wake).fire_at is None
 
 
@@ -141,9 +142,9 @@ def test_answer_one_tick_before_expiry_wins(clock, sinks, authorize):
     calls = sinks(KIND)
     req = request()
     clock.advance(timedelta(hours=1) - TICK)
-    engine.resolve(req.token, "yes", "alice")
+    django_wakes.resolve(req.token, "yes", "alice")
     clock.advance("1m")
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.fired == 1 and report.expired == 0
     assert calls.results == [{"trigger": "on_approval", "answer": "yes", "resolved_by": "alice"}]
 
@@ -153,23 +154,23 @@ def test_answer_at_the_expiry_instant_is_refused(clock, sinks, authorize):
     req = request()
     clock.advance("1h")
     with pytest.raises(ApprovalExpired):
-        engine.resolve(req.token, "yes", "alice")
+        django_wakes.resolve(req.token, "yes", "alice")
     assert row(req.wake).result is None
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.expired == 1 and report.fired == 0
     assert calls.results == [{"trigger": "on_approval", "expired": True}]
     assert row(req.wake).state == State.EXPIRED
     with pytest.raises(ApprovalExpired):
-        engine.resolve(req.token, "yes", "alice")
+        django_wakes.resolve(req.token, "yes", "alice")
 
 
 def test_unanswered_approval_expires_once_to_its_own_sink(clock, sinks, authorize):
     calls = sinks(KIND)
     req = request()
     clock.advance("1h")
-    engine.run_due()
+    django_wakes.run_due()
     clock.advance("1d")
-    engine.run_due()
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_approval", "expired": True}]
     assert list(WakeAttempt.objects.filter(wake_id=req.wake.pk).values_list("outcome", flat=True)) == [Outcome.EXPIRED]
 
@@ -177,9 +178,9 @@ def test_unanswered_approval_expires_once_to_its_own_sink(clock, sinks, authoriz
 def test_resolving_a_cancelled_approval_is_already_resolved(clock, sinks, authorize):
     sinks(KIND)
     req = request()
-    assert engine.cancel(req.wake.pk)
+    assert django_wakes.cancel(req.wake.pk)
     with pytest.raises(ApprovalAlreadyResolved):
-        engine.resolve(req.token, "yes", "alice")
+        django_wakes.resolve(req.token, "yes", "alice")
     assert row(req.wake).state == State.CANCELLED
 
 
@@ -192,20 +193,20 @@ def test_idempotent_request_rotates_the_token(clock, sinks, authorize):
     assert Wake.objects.count() == 1
     assert row(first.wake).token_hash == engine.hash_token(second.token)
     with pytest.raises(ApprovalNotFound):
-        engine.resolve(first.token, "yes", "alice")
-    engine.resolve(second.token, "yes", "alice")
-    engine.run_due()
+        django_wakes.resolve(first.token, "yes", "alice")
+    django_wakes.resolve(second.token, "yes", "alice")
+    django_wakes.run_due()
     assert len(calls) == 1
 
 
 def test_idempotent_request_after_resolution_does_not_reopen_it(clock, sinks, authorize):
     sinks(KIND)
     first = request(idempotency_key="k")
-    engine.resolve(first.token, "yes", "alice")
+    django_wakes.resolve(first.token, "yes", "alice")
     again = request(idempotency_key="k")
     assert again.wake.pk == first.wake.pk
     with pytest.raises(ApprovalNotFound):
-        engine.resolve(again.token, "no", "bob")
+        django_wakes.resolve(again.token, "no", "bob")
     assert row(first.wake).result["answer"] == "yes"
 
 
@@ -221,11 +222,11 @@ def test_two_resolves_only_one_wins_the_cas(clock, sinks, authorize, settings):
     def racing_authorize(actor, workspace_id):
         # while "bob" is being authorized, "alice" resolves: bob's UPDATE must then lose
         if actor == "bob" and not outcomes:
-            outcomes.append(engine.resolve(req.token, "alice-answer", "alice").pk)
+            outcomes.append(django_wakes.resolve(req.token, "alice-answer", "alice").pk)
         return original(actor, workspace_id)
 
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": racing_authorize}
     with pytest.raises(ApprovalAlreadyResolved):
-        engine.resolve(req.token, "bob-answer", "bob")
+        django_wakes.resolve(req.token, "bob-answer", "bob")
     assert outcomes == [req.wake.pk]
     assert row(req.wake).result == {"trigger": "on_approval", "answer": "alice-answer", "resolved_by": "alice"}

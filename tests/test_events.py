@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+import django_wakes
 from django_wakes import engine
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 
@@ -22,16 +23,16 @@ def row(wake):
 
 def test_event_fires_its_watcher_with_the_payload(clock, sinks):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="ci.passed", intent={"then": "merge"})
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="ci.passed", intent={"then": "merge"})
     assert row(wake).due_at is None  # without an expiry nothing is due until the event comes
     clock.advance("3d")
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
 
-    assert engine.deliver_event(workspace_id=WS, event_key="ci.passed", payload={"build": 7}) == 1
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="ci.passed", payload={"build": 7}) == 1
     delivered = row(wake)
     assert delivered.state == State.PENDING
     assert delivered.fire_at == delivered.due_at == clock.now()
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.fired == 1
     assert calls.results == [{"trigger": "on_event", "event_key": "ci.passed", "payload": {"build": 7}}]
     assert row(wake).state == State.FIRED
@@ -39,21 +40,21 @@ def test_event_fires_its_watcher_with_the_payload(clock, sinks):
 
 def test_payload_defaults_to_none(clock, sinks):
     calls = sinks(KIND)
-    engine.watch(workspace_id=WS, kind=KIND, event_key="ping")
-    engine.deliver_event(workspace_id=WS, event_key="ping")
-    engine.run_due()
+    django_wakes.watch(workspace_id=WS, kind=KIND, event_key="ping")
+    django_wakes.deliver_event(workspace_id=WS, event_key="ping")
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "event_key": "ping", "payload": None}]
 
 
 def test_a_watcher_accepts_only_the_first_delivery(clock, sinks):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e")
-    assert engine.deliver_event(workspace_id=WS, event_key="e", payload=1) == 1
-    assert engine.deliver_event(workspace_id=WS, event_key="e", payload=2) == 0
-    engine.run_due()
-    assert engine.deliver_event(workspace_id=WS, event_key="e", payload=3) == 0
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e")
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e", payload=1) == 1
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e", payload=2) == 0
+    django_wakes.run_due()
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e", payload=3) == 0
     clock.advance("1h")
-    engine.run_due()
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "event_key": "e", "payload": 1}]
     assert row(wake).state == State.FIRED
     assert WakeAttempt.objects.filter(wake_id=wake.pk).count() == 1
@@ -61,12 +62,12 @@ def test_a_watcher_accepts_only_the_first_delivery(clock, sinks):
 
 def test_one_event_triggers_every_watcher_of_its_key_in_its_workspace_only(clock, sinks):
     calls = sinks(KIND)
-    w1 = engine.watch(workspace_id=WS, kind=KIND, event_key="deploy")
-    w2 = engine.watch(workspace_id=WS, kind=KIND, event_key="deploy")
-    other_key = engine.watch(workspace_id=WS, kind=KIND, event_key="deploy.other")
-    other_ws = engine.watch(workspace_id="ws-elsewhere", kind=KIND, event_key="deploy")
-    assert engine.deliver_event(workspace_id=WS, event_key="deploy", payload="v2") == 2
-    assert engine.run_due().fired == 2
+    w1 = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="deploy")
+    w2 = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="deploy")
+    other_key = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="deploy.other")
+    other_ws = django_wakes.watch(workspace_id="ws-elsewhere", kind=KIND, event_key="deploy")
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="deploy", payload="v2") == 2
+    assert django_wakes.run_due().fired == 2
     assert sorted(calls.ids) == sorted([w1.pk, w2.pk])
     assert row(other_key).state == row(other_ws).state == State.PENDING
     assert row(other_ws).result is None
@@ -74,18 +75,18 @@ def test_one_event_triggers_every_watcher_of_its_key_in_its_workspace_only(clock
 
 def test_deliver_event_ignores_time_wakes(clock, sinks):
     sinks(KIND)
-    timed = engine.schedule(workspace_id=WS, kind=KIND, delay="1h")
-    assert engine.deliver_event(workspace_id=WS, event_key="anything") == 0
+    timed = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h")
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="anything") == 0
     assert row(timed).result is None
 
 
 def test_event_landing_one_tick_before_expiry_is_accepted(clock, sinks):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="10m")
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="10m")
     clock.advance(timedelta(minutes=10) - TICK)
-    assert engine.deliver_event(workspace_id=WS, event_key="e", payload="just in time") == 1
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e", payload="just in time") == 1
     clock.advance("1m")  # the runner gets to it after the expiry: still the event, not an expiry
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.fired == 1 and report.expired == 0
     assert calls.results == [{"trigger": "on_event", "event_key": "e", "payload": "just in time"}]
     assert row(wake).state == State.FIRED
@@ -93,11 +94,11 @@ def test_event_landing_one_tick_before_expiry_is_accepted(clock, sinks):
 
 def test_event_landing_at_the_expiry_instant_is_refused(clock, sinks):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="10m")
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="10m")
     clock.advance("10m")
-    assert engine.deliver_event(workspace_id=WS, event_key="e", payload="too late") == 0
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e", payload="too late") == 0
     assert row(wake).result is None and row(wake).fire_at is None
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.expired == 1 and report.fired == 0
     assert calls.results == [{"trigger": "on_event", "expired": True}]
     assert row(wake).state == State.EXPIRED
@@ -106,18 +107,18 @@ def test_event_landing_at_the_expiry_instant_is_refused(clock, sinks):
 def test_an_expired_watch_notifies_its_own_sink_exactly_once(clock, sinks):
     mine = sinks(KIND)
     other = sinks("test.events.other")
-    engine.watch(workspace_id=WS, kind="test.events.other", event_key="e")
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1h")
+    django_wakes.watch(workspace_id=WS, kind="test.events.other", event_key="e")
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1h")
     clock.advance(timedelta(hours=1) - TICK)
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     clock.advance(TICK)
-    assert engine.run_due().expired == 1
+    assert django_wakes.run_due().expired == 1
     accepted = []
     for _ in range(3):
         clock.advance("1h")
-        assert engine.run_due().claimed == 0
-        accepted.append(engine.deliver_event(workspace_id=WS, event_key="e"))
-        engine.run_due()
+        assert django_wakes.run_due().claimed == 0
+        accepted.append(django_wakes.deliver_event(workspace_id=WS, event_key="e"))
+        django_wakes.run_due()
     assert accepted == [1, 0, 0]  # only the other (unexpiring) watcher takes the event, once
     assert mine.results == [{"trigger": "on_event", "expired": True}]
     assert [r["trigger"] for r in other.results] == ["on_event"]
@@ -129,11 +130,11 @@ def test_an_expired_watch_notifies_its_own_sink_exactly_once(clock, sinks):
 
 def test_an_event_after_expiry_does_not_fire_an_expired_watch(clock, sinks):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1m")
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1m")
     clock.advance("2m")
-    engine.run_due()
-    assert engine.deliver_event(workspace_id=WS, event_key="e") == 0
-    engine.run_due()
+    django_wakes.run_due()
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e") == 0
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "expired": True}]
     assert row(wake).state == State.EXPIRED
 
@@ -141,24 +142,24 @@ def test_an_event_after_expiry_does_not_fire_an_expired_watch(clock, sinks):
 def test_expiry_in_the_past_before_any_runner_ran_still_refuses_the_event(clock, sinks):
     """Expiry is decided by the clock, not by whether a runner already noticed it."""
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1m")
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", expires_in="1m")
     clock.advance("5m")
     assert row(wake).state == State.PENDING  # no runner has looked yet
-    assert engine.deliver_event(workspace_id=WS, event_key="e") == 0
-    engine.run_due()
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e") == 0
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "expired": True}]
 
 
 def test_event_for_a_firing_or_cancelled_watch_is_refused(clock, sinks):
     sinks(KIND)
-    cancelled = engine.watch(workspace_id=WS, kind=KIND, event_key="c")
-    engine.cancel(cancelled.pk)
-    assert engine.deliver_event(workspace_id=WS, event_key="c") == 0
-    expiring = engine.watch(workspace_id=WS, kind=KIND, event_key="x", expires_in="1m")
+    cancelled = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="c")
+    django_wakes.cancel(cancelled.pk)
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="c") == 0
+    expiring = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="x", expires_in="1m")
     clock.advance("1m")
     (claim,) = engine.claim_batch(runner_id="A")  # claimed as an expiry, now firing
     assert claim.wake.pk == expiring.pk and claim.expired
-    assert engine.deliver_event(workspace_id=WS, event_key="x") == 0
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="x") == 0
     engine.fire(claim)
     assert row(expiring).state == State.EXPIRED
     assert row(expiring).result == {"trigger": "on_event", "expired": True}
@@ -175,12 +176,12 @@ def test_deliver_event_sends_wakes_due_on_commit(clock, sinks, django_capture_on
     signals.wakes_due.connect(on_due)
     try:
         sinks(KIND)
-        engine.watch(workspace_id=WS, kind=KIND, event_key="e")
+        django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e")
         with django_capture_on_commit_callbacks(execute=True):
-            engine.deliver_event(workspace_id=WS, event_key="nobody-watches")
+            django_wakes.deliver_event(workspace_id=WS, event_key="nobody-watches")
         assert seen == []
         with django_capture_on_commit_callbacks(execute=True):
-            engine.deliver_event(workspace_id=WS, event_key="e")
+            django_wakes.deliver_event(workspace_id=WS, event_key="e")
         assert seen == [clock.now()]
     finally:
         signals.wakes_due.disconnect(on_due)
@@ -188,8 +189,8 @@ def test_deliver_event_sends_wakes_due_on_commit(clock, sinks, django_capture_on
 
 def test_watch_idempotency_key_returns_the_existing_watch(clock, sinks):
     sinks(KIND)
-    first = engine.watch(workspace_id=WS, kind=KIND, event_key="e", idempotency_key="watch-1")
-    again = engine.watch(workspace_id=WS, kind=KIND, event_key="e", idempotency_key="watch-1")
+    first = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", idempotency_key="watch-1")
+    again = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", idempotency_key="watch-1")
     assert again.pk == first.pk
     assert Wake.objects.count() == 1
-    assert engine.deliver_event(workspace_id=WS, event_key="e") == 1
+    assert django_wakes.deliver_event(workspace_id=WS, event_key="e") == 1

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+import django_wakes
 from django_wakes import engine
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.sinks import Defer, Retry, registry
@@ -44,8 +45,8 @@ def backoff(settings):
 
 def test_raising_sink_records_the_attempt_and_error_and_retries_later(clock, sinks, backoff):
     calls = sinks(KIND, then=ValueError("upstream said 503"))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due(runner_id="r1")
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due(runner_id="r1")
     assert report.failed == 1 and report.fired == 0
     assert report.outcomes == {wake.pk: Outcome.FAILED}
     failed = row(wake)
@@ -70,9 +71,9 @@ def test_exponential_backoff_then_dead_with_the_last_error(clock, sinks, backoff
         raise RuntimeError(f"failure #{next(failures)}")
 
     calls = sinks(KIND, then=fail)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=6)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=6)
     for number in range(1, 6):
-        report = engine.run_due()
+        report = django_wakes.run_due()
         assert report.failed == 1, number
         current = row(wake)
         assert current.state == State.PENDING
@@ -81,9 +82,9 @@ def test_exponential_backoff_then_dead_with_the_last_error(clock, sinks, backoff
         assert current.due_at == clock.now() + delay
         # never early: one tick before the backoff ends nothing runs
         clock.advance(delay - TICK)
-        assert engine.run_due().claimed == 0
+        assert django_wakes.run_due().claimed == 0
         clock.advance(TICK)
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.dead == 1 and report.failed == 1
     assert report.outcomes == {wake.pk: "dead"}
     dead = row(wake)
@@ -94,14 +95,14 @@ def test_exponential_backoff_then_dead_with_the_last_error(clock, sinks, backoff
     assert [a.outcome for a in attempts_of(wake)] == [Outcome.FAILED] * 6
     assert [a.number for a in attempts_of(wake)] == [1, 2, 3, 4, 5, 6]
     clock.advance("1d")
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     assert len(calls) == 6
 
 
 def test_max_attempts_one_goes_dead_on_the_first_failure(clock, sinks):
     sinks(KIND, then=KeyError("missing"))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
+    django_wakes.run_due()
     assert row(wake).state == State.DEAD
     assert "KeyError" in row(wake).last_error
 
@@ -110,10 +111,10 @@ def test_one_failing_wake_does_not_stop_the_rest_of_the_pass(clock, sinks):
     good = sinks(KIND)
     sinks("test.failures.broken", then=ZeroDivisionError("nope"))
     now = clock.now()
-    first = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=3))
-    broken = engine.schedule(workspace_id=WS, kind="test.failures.broken", at=now - timedelta(seconds=2))
-    last = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
-    report = engine.run_due()
+    first = django_wakes.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=3))
+    broken = django_wakes.schedule(workspace_id=WS, kind="test.failures.broken", at=now - timedelta(seconds=2))
+    last = django_wakes.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
+    report = django_wakes.run_due()
     assert report.claimed == 3
     assert report.fired == 2 and report.failed == 1
     assert good.ids == [first.pk, last.pk]
@@ -130,11 +131,11 @@ def test_a_failure_after_success_clears_nothing_and_success_clears_last_error(cl
             raise RuntimeError("transient")
 
     sinks(KIND, then=flaky)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
     assert "transient" in row(wake).last_error
     clock.advance(backoff[0])
-    assert engine.run_due().fired == 1
+    assert django_wakes.run_due().fired == 1
     fired = row(wake)
     assert fired.state == State.FIRED and fired.last_error == "" and fired.attempts == 2
     assert [a.outcome for a in attempts_of(wake)] == [Outcome.FAILED, Outcome.FIRED]
@@ -142,11 +143,11 @@ def test_a_failure_after_success_clears_nothing_and_success_clears_last_error(cl
 
 def test_retried_fire_delivers_the_same_persisted_result(clock, sinks, backoff):
     calls = sinks(KIND, then=RuntimeError("x"))
-    engine.watch(workspace_id=WS, kind=KIND, event_key="e")
-    engine.deliver_event(workspace_id=WS, event_key="e", payload={"n": 1})
-    engine.run_due()
+    django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e")
+    django_wakes.deliver_event(workspace_id=WS, event_key="e", payload={"n": 1})
+    django_wakes.run_due()
     clock.advance(backoff[0])
-    engine.run_due()
+    django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "event_key": "e", "payload": {"n": 1}}] * 2
 
 
@@ -159,8 +160,8 @@ def test_retry_at_counts_an_attempt_and_refires_at_that_time(clock, sinks):
     retry_at = clock.now() + timedelta(minutes=7)
     answers = iter([Retry(at=retry_at, reason="rate limited"), None])
     calls = sinks(KIND, then=lambda wake, result: next(answers))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due()
     assert report.failed == 1
     assert report.outcomes == {wake.pk: Outcome.RETRY}
     retrying = row(wake)
@@ -169,9 +170,9 @@ def test_retry_at_counts_an_attempt_and_refires_at_that_time(clock, sinks):
     assert retrying.due_at == retry_at
     assert retrying.last_error == "rate limited"
     clock.set(retry_at - TICK)
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     clock.set(retry_at)
-    assert engine.run_due().fired == 1
+    assert django_wakes.run_due().fired == 1
     assert len(calls) == 2
     assert [a.outcome for a in attempts_of(wake)] == [Outcome.RETRY, Outcome.FIRED]
     assert attempts_of(wake)[0].error == "rate limited"
@@ -179,24 +180,24 @@ def test_retry_at_counts_an_attempt_and_refires_at_that_time(clock, sinks):
 
 def test_retry_without_at_uses_backoff(clock, sinks, backoff):
     sinks(KIND, then=lambda wake, result: Retry(reason="later"))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
     assert row(wake).due_at == clock.now() + backoff[0]
 
 
 def test_retry_accepts_epoch_ms(clock, sinks):
     target = clock.now() + timedelta(minutes=1)
     sinks(KIND, then=lambda wake, result: Retry(at=int(target.timestamp() * 1000)))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
     assert row(wake).due_at == target
 
 
 def test_retry_still_respects_max_attempts(clock, sinks):
     sinks(KIND, then=lambda wake, result: Retry(at=clock.now(), reason="again"))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=3)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=3)
     for _ in range(5):
-        engine.run_due()
+        django_wakes.run_due()
     dead = row(wake)
     assert dead.state == State.DEAD and dead.attempts == 3 and dead.last_error == "again"
 
@@ -204,8 +205,8 @@ def test_retry_still_respects_max_attempts(clock, sinks):
 def test_defer_is_not_an_attempt(clock, sinks):
     answers = iter([Defer(until="5m"), Defer(until=timedelta(minutes=5)), None])
     calls = sinks(KIND, then=lambda wake, result: next(answers))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
-    report = engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
+    report = django_wakes.run_due()
     assert report.deferred == 1 and report.failed == 0 and report.fired == 0
     deferred = row(wake)
     assert deferred.state == State.PENDING
@@ -213,13 +214,13 @@ def test_defer_is_not_an_attempt(clock, sinks):
     assert deferred.due_at == clock.now() + timedelta(minutes=5)
     assert deferred.last_error == ""
     clock.advance(timedelta(minutes=5) - TICK)
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     clock.advance(TICK)
-    assert engine.run_due().deferred == 1
+    assert django_wakes.run_due().deferred == 1
     assert row(wake).attempts == 0
     clock.advance("5m")
     # max_attempts=1 and two defers behind it: defers did not use up the single attempt
-    assert engine.run_due().fired == 1
+    assert django_wakes.run_due().fired == 1
     fired = row(wake)
     assert fired.state == State.FIRED and fired.attempts == 1
     assert len(calls) == 3
@@ -229,8 +230,8 @@ def test_defer_is_not_an_attempt(clock, sinks):
 def test_defer_until_an_aware_datetime(clock, sinks):
     until = clock.now() + timedelta(hours=2)
     sinks(KIND, then=lambda wake, result: Defer(until=until))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
     assert row(wake).due_at == until
 
 
@@ -250,9 +251,9 @@ def test_a_malformed_outcome_is_a_failed_attempt_and_the_pass_goes_on(clock, sin
     sinks("test.failures.malformed", then=lambda wake, result: bad)
     good = sinks(KIND)
     now = clock.now()
-    broken = engine.schedule(workspace_id=WS, kind="test.failures.malformed", at=now - timedelta(seconds=2))
-    fine = engine.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
-    report = engine.run_due()
+    broken = django_wakes.schedule(workspace_id=WS, kind="test.failures.malformed", at=now - timedelta(seconds=2))
+    fine = django_wakes.schedule(workspace_id=WS, kind=KIND, at=now - timedelta(seconds=1))
+    report = django_wakes.run_due()
     assert report.claimed == 2 and report.fired == 1 and report.failed == 1
     assert good.ids == [fine.pk]
     failed = row(broken)
@@ -268,12 +269,12 @@ def test_a_malformed_outcome_is_a_failed_attempt_and_the_pass_goes_on(clock, sin
 def test_defer_frees_the_lane(clock, sinks):
     answers = iter([Defer(until="1h"), None, None])
     calls = sinks(KIND, then=lambda wake, result: next(answers))
-    first = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
-    second = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="1s")
-    engine.run_due()
+    first = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    second = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="1s")
+    django_wakes.run_due()
     assert row(first).lane_lock is None
     clock.advance("1s")
-    engine.run_due()
+    django_wakes.run_due()
     assert calls.ids == [first.pk, second.pk]
 
 
@@ -293,12 +294,12 @@ def _messages(caplog, wake, level):
 def test_unregistered_kind_stays_due_untouched_and_logs_warning_once_then_debug(clock, sinks, caplog):
     caplog.set_level(logging.DEBUG, logger="django_wakes")
     side_effects = sinks("test.failures.later")
-    wake = engine.schedule(workspace_id=WS, kind="test.failures.later", delay="1m", intent={"x": 1})
+    wake = django_wakes.schedule(workspace_id=WS, kind="test.failures.later", delay="1m", intent={"x": 1})
     registry.unregister("test.failures.later")
     sinks(KIND)  # some other kind is still fireable, so the runner is running passes
     clock.advance("1m")
 
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.claimed == 0 and report.fired == 0 and report.failed == 0
     waiting = row(wake)
     assert waiting.state == State.PENDING
@@ -314,7 +315,7 @@ def test_unregistered_kind_stays_due_untouched_and_logs_warning_once_then_debug(
     caplog.clear()
     for _ in range(3):
         clock.advance("1s")
-        assert engine.run_due().claimed == 0
+        assert django_wakes.run_due().claimed == 0
         assert engine.claim_batch(runner_id="spin") == []
     assert _messages(caplog, wake, logging.WARNING) == []
     assert len(_messages(caplog, wake, logging.DEBUG)) == 3
@@ -322,7 +323,7 @@ def test_unregistered_kind_stays_due_untouched_and_logs_warning_once_then_debug(
 
     # registering the sink makes the next pass fire it
     late = sinks("test.failures.later")
-    report = engine.run_due()
+    report = django_wakes.run_due()
     assert report.fired == 1
     assert late.ids == [wake.pk]
     assert late.results == [{"trigger": "at"}]
@@ -334,9 +335,9 @@ def test_unregistered_kind_is_logged_even_when_no_kind_is_registered(clock, sink
     caplog.set_level(logging.DEBUG, logger="django_wakes")
     settings.WAKES = {**settings.WAKES, "SPAWN_TURN": None}
     sinks("test.failures.lonely")
-    wake = engine.schedule(workspace_id=WS, kind="test.failures.lonely", delay="0s")
+    wake = django_wakes.schedule(workspace_id=WS, kind="test.failures.lonely", delay="0s")
     registry.reset()
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     assert len(_messages(caplog, wake, logging.WARNING)) == 1
     assert row(wake).state == State.PENDING
 
@@ -345,12 +346,12 @@ def test_lapsed_firing_wake_of_an_unregistered_kind_is_left_alone_and_logged(clo
     caplog.set_level(logging.DEBUG, logger="django_wakes")
     sinks("test.failures.vanished")
     sinks(KIND)
-    wake = engine.schedule(workspace_id=WS, kind="test.failures.vanished", delay="0s")
+    wake = django_wakes.schedule(workspace_id=WS, kind="test.failures.vanished", delay="0s")
     (claim,) = engine.claim_batch(runner_id="crashed")
     registry.unregister("test.failures.vanished")  # the runner died, and the new deploy lacks the sink
     clock.advance("1h")  # far past the lease
 
-    assert engine.run_due().claimed == 0
+    assert django_wakes.run_due().claimed == 0
     left = row(wake)
     assert left.state == State.FIRING and left.claim_token == claim.token and left.attempts == 1
     assert attempts_of(wake) == []
@@ -358,26 +359,26 @@ def test_lapsed_firing_wake_of_an_unregistered_kind_is_left_alone_and_logged(clo
 
 
 def test_cancel_refuses_a_non_integer_id():
-    with pytest.raises(engine.InvalidWake):
-        engine.cancel("abc")
+    with pytest.raises(django_wakes.InvalidWake):
+        django_wakes.cancel("abc")
 
 
 def test_unregistered_kind_does_not_block_other_wakes(clock, sinks):
     sinks("test.failures.gone")
     for _ in range(5):
-        engine.schedule(workspace_id=WS, kind="test.failures.gone", delay="0s")
+        django_wakes.schedule(workspace_id=WS, kind="test.failures.gone", delay="0s")
     registry.unregister("test.failures.gone")
     calls = sinks(KIND)
     clock.advance("1s")
-    ok = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due(limit=2)
+    ok = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due(limit=2)
     assert report.fired == 1
     assert calls.ids == [ok.pk]
 
 
 def test_sink_unregistered_between_claim_and_fire_puts_the_wake_back_uncounted(clock, sinks):
     sinks("test.failures.flaky")
-    wake = engine.schedule(workspace_id=WS, kind="test.failures.flaky", delay="0s")
+    wake = django_wakes.schedule(workspace_id=WS, kind="test.failures.flaky", delay="0s")
     (claim,) = engine.claim_batch(runner_id="A")
     assert row(wake).attempts == 1
     registry.unregister("test.failures.flaky")
@@ -403,8 +404,8 @@ def lease(settings):
 
 def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is_fenced(clock, sinks, lease):
     calls = sinks(KIND)
-    wake = engine.watch(workspace_id=WS, kind=KIND, event_key="e", serial_key="L")
-    engine.deliver_event(workspace_id=WS, event_key="e", payload={"persisted": True})
+    wake = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", serial_key="L")
+    django_wakes.deliver_event(workspace_id=WS, event_key="e", payload={"persisted": True})
     expected = {"trigger": "on_event", "event_key": "e", "payload": {"persisted": True}}
 
     (claim_a,) = engine.claim_batch(runner_id="A")
@@ -412,9 +413,9 @@ def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is
     assert row(wake).lease_until == clock.now() + lease
 
     clock.advance(lease - TICK)
-    assert engine.run_due(runner_id="B").claimed == 0  # the lease still holds
+    assert django_wakes.run_due(runner_id="B").claimed == 0  # the lease still holds
     clock.advance(TICK)
-    report = engine.run_due(runner_id="B")
+    report = django_wakes.run_due(runner_id="B")
     assert report.claimed == 1 and report.fired == 1
     assert calls.results == [expected]
     settled = row(wake)
@@ -445,7 +446,7 @@ def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is
 
 def test_late_finisher_that_failed_cannot_reschedule_a_taken_over_wake(clock, sinks, lease):
     calls = sinks(KIND)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
     (claim_a,) = engine.claim_batch(runner_id="A")
     clock.advance(lease)
     (claim_b,) = engine.claim_batch(runner_id="B")
@@ -466,11 +467,11 @@ def test_late_finisher_that_failed_cannot_reschedule_a_taken_over_wake(clock, si
 
 def test_recover_redrives_every_lapsed_lease(clock, sinks, lease):
     calls = sinks(KIND)
-    wakes = [engine.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3)]
+    wakes = [django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3)]
     assert len(engine.claim_batch(runner_id="crashed")) == 3
-    assert engine.recover(runner_id="boot") == 0  # leases still live
+    assert django_wakes.recover(runner_id="boot") == 0  # leases still live
     clock.advance(lease)
-    assert engine.recover(runner_id="boot") == 3
+    assert django_wakes.recover(runner_id="boot") == 3
     assert sorted(calls.ids) == sorted(w.pk for w in wakes)
     for wake in wakes:
         assert row(wake).state == State.FIRED
@@ -479,7 +480,7 @@ def test_recover_redrives_every_lapsed_lease(clock, sinks, lease):
 
 def test_a_wake_interrupted_max_attempts_times_goes_dead(clock, sinks, lease):
     calls = sinks(KIND)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=2)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=2)
     engine.claim_batch(runner_id="A")  # attempt 1, stalls
     clock.advance(lease)
     (claim_b,) = engine.claim_batch(runner_id="B")  # attempt 2, stalls too
@@ -496,23 +497,23 @@ def test_a_wake_interrupted_max_attempts_times_goes_dead(clock, sinks, lease):
 
 def test_a_lapsed_lane_holder_keeps_its_lane_until_redriven(clock, sinks, lease):
     calls = sinks(KIND)
-    first = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
-    second = engine.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    first = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    second = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
     engine.claim_batch(runner_id="A")
     clock.advance(lease)
-    engine.run_due(runner_id="B")
-    engine.run_due(runner_id="B")
+    django_wakes.run_due(runner_id="B")
+    django_wakes.run_due(runner_id="B")
     assert calls.ids == [first.pk, second.pk]
 
 
 def test_a_takeover_of_an_expiry_delivers_the_expiry(clock, sinks, lease):
     calls = sinks(KIND)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="1m")
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", expires_in="1m")
     clock.advance("1m")
     (claim_a,) = engine.claim_batch(runner_id="A")
     assert claim_a.expired
     clock.advance(lease)
-    report = engine.run_due(runner_id="B")
+    report = django_wakes.run_due(runner_id="B")
     assert report.expired == 1
     assert calls.results == [{"trigger": "at", "expired": True}]
     assert row(wake).state == State.EXPIRED
@@ -528,8 +529,8 @@ def test_a_sink_outliving_its_lease_is_fenced_in_the_run_report(clock, sinks, le
             taken_over.extend(engine.claim_batch(runner_id="B"))  # ...and another runner re-drives it
 
     calls = sinks(KIND, then=slow)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due(runner_id="A")
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due(runner_id="A")
     assert report.claimed == 1
     assert report.fenced == 1 and report.fired == 0 and report.failed == 0
     assert report.outcomes == {wake.pk: "fenced"}
@@ -545,8 +546,8 @@ def test_a_sink_outliving_its_lease_is_fenced_in_the_run_report(clock, sinks, le
 def test_a_batch_of_successes_settles_together_and_fences_a_taken_over_wake(clock, sinks):
     """settle_successes() writes a batch in one go, but a wake another runner took over stays theirs."""
     calls = sinks(KIND)
-    first, taken, third = (engine.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3))
-    expiring = engine.watch(workspace_id=WS, kind=KIND, event_key="never", expires_in="1s")
+    first, taken, third = (django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s") for _ in range(3))
+    expiring = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="never", expires_in="1s")
     clock.advance("1s")
     claims = engine.claim_batch(runner_id="A")
     assert sorted(c.wake.pk for c in claims) == sorted([first.pk, taken.pk, third.pk, expiring.pk])

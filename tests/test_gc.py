@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_wakes import engine
+import django_wakes
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.models import State, Wake, WakeAttempt
 
@@ -38,7 +38,7 @@ def test_gc_deletes_only_old_terminal_rows_and_their_attempts(clock):
     keep_attempt = WakeAttemptFactory(wake=recent_fired)
     pending_attempt = WakeAttemptFactory(wake=old_pending)
 
-    assert engine.gc(older_than="30d") == 4
+    assert django_wakes.gc(older_than="30d") == 4
 
     remaining = set(Wake.objects.values_list("pk", flat=True))
     assert remaining == {old_pending.pk, old_firing.pk, recent_fired.pk}
@@ -49,7 +49,7 @@ def test_gc_deletes_only_old_terminal_rows_and_their_attempts(clock):
 def test_gc_cutoff_is_exclusive(clock):
     at_cutoff = aged(clock, timedelta(days=30), state=State.FIRED)
     just_past = aged(clock, timedelta(days=30) + TICK, state=State.FIRED)
-    assert engine.gc(older_than="30d") == 1
+    assert django_wakes.gc(older_than="30d") == 1
     assert list(Wake.objects.values_list("pk", flat=True)) == [at_cutoff.pk]
     assert not Wake.objects.filter(pk=just_past.pk).exists()
 
@@ -57,46 +57,46 @@ def test_gc_cutoff_is_exclusive(clock):
 def test_gc_works_in_batches(clock):
     for _ in range(7):
         WakeAttemptFactory(wake=aged(clock, timedelta(days=2), state=State.DEAD))
-    assert engine.gc(older_than="1d", batch=3) == 7
+    assert django_wakes.gc(older_than="1d", batch=3) == 7
     assert Wake.objects.count() == 0
     assert WakeAttempt.objects.count() == 0
 
 
 def test_gc_with_nothing_to_do(clock):
     aged(clock, timedelta(days=400), state=State.PENDING)
-    assert engine.gc() == 0
+    assert django_wakes.gc() == 0
     assert Wake.objects.count() == 1
 
 
 def test_gc_of_wakes_settled_through_the_engine(clock, sinks):
     sinks("test.gc")
-    fired = engine.schedule(workspace_id="ws", kind="test.gc", delay="0s")
-    cancelled = engine.schedule(workspace_id="ws", kind="test.gc", delay="1h")
-    live = engine.schedule(workspace_id="ws", kind="test.gc", delay="90d")
-    engine.run_due()
-    engine.cancel(cancelled.pk)
+    fired = django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="0s")
+    cancelled = django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="1h")
+    live = django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="90d")
+    django_wakes.run_due()
+    django_wakes.cancel(cancelled.pk)
     assert WakeAttempt.objects.filter(wake_id=fired.pk).count() == 1
-    assert engine.gc(older_than="1d") == 0  # too recent
+    assert django_wakes.gc(older_than="1d") == 0  # too recent
     clock.advance("1d")
     clock.advance(TICK)
-    assert engine.gc(older_than="1d") == 2
+    assert django_wakes.gc(older_than="1d") == 2
     assert list(Wake.objects.values_list("pk", flat=True)) == [live.pk]
     assert WakeAttempt.objects.count() == 0
 
 
 def test_gc_forgets_idempotency_keys_of_deleted_wakes(clock, sinks):
     sinks("test.gc")
-    first = engine.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once")
-    engine.run_due()
-    assert engine.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once").pk == first.pk
+    first = django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once")
+    django_wakes.run_due()
+    assert django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once").pk == first.pk
     clock.advance("31d")
-    assert engine.gc(older_than="30d") == 1
-    again = engine.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once")
+    assert django_wakes.gc(older_than="30d") == 1
+    again = django_wakes.schedule(workspace_id="ws", kind="test.gc", delay="0s", idempotency_key="once")
     assert again.pk != first.pk
 
 
 def test_gc_rejects_a_bad_duration(clock):
     aged(clock, timedelta(days=400), state=State.FIRED)
     with pytest.raises(InvalidDuration):
-        engine.gc(older_than="a while")
+        django_wakes.gc(older_than="a while")
     assert Wake.objects.count() == 1

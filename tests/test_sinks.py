@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 import django_wakes
-from django_wakes import engine, signals
+from django_wakes import signals
 from django_wakes.exceptions import AlreadyRegistered, NotRegistered, UnknownKind
 from django_wakes.models import State, Wake
 from django_wakes.sinks import SESSION_TURN, SinkRegistry, registry, sink
@@ -93,18 +93,18 @@ def test_testproject_sinks_are_autodiscovered():
 @pytest.mark.django_db
 def test_kind_registered_after_start_up_can_be_scheduled_and_fired(clock, sinks):
     with pytest.raises(UnknownKind):
-        engine.schedule(workspace_id=WS, kind="test.sinks.late", delay="0s")
+        django_wakes.schedule(workspace_id=WS, kind="test.sinks.late", delay="0s")
     calls = sinks("test.sinks.late")
-    wake = engine.schedule(workspace_id=WS, kind="test.sinks.late", delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind="test.sinks.late", delay="0s")
+    django_wakes.run_due()
     assert calls.ids == [wake.pk]
 
 
 @pytest.mark.django_db
 def test_sink_return_value_other_than_an_outcome_settles_as_fired(clock, sinks):
     sinks(KIND, then=lambda wake, result: {"anything": "goes"})
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    assert engine.run_due().fired == 1
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    assert django_wakes.run_due().fired == 1
     assert row(wake).state == State.FIRED
 
 
@@ -118,18 +118,18 @@ def test_sink_schedules_a_follow_up_outside_a_transaction(clock, sinks):
     followups = sinks("test.sinks.followup")
 
     def chain(wake, result):
-        engine.schedule(
+        django_wakes.schedule(
             workspace_id=wake.workspace_id, kind="test.sinks.followup", delay="1m", intent={"after": wake.pk}
         )
 
     calls = sinks(KIND, then=chain)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    assert engine.run_due().fired == 1
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    assert django_wakes.run_due().fired == 1
     followup = Wake.objects.get(kind="test.sinks.followup")
     assert followup.intent == {"after": wake.pk}
     assert followup.fire_at == clock.now() + timedelta(minutes=1)
     clock.advance("1m")
-    assert engine.run_due().fired == 1
+    assert django_wakes.run_due().fired == 1
     assert calls.ids == [wake.pk] and followups.ids == [followup.pk]
 
 
@@ -139,16 +139,18 @@ def test_sink_schedules_inside_its_own_atomic_block(clock, sinks):
 
     def chain(wake, result):
         with transaction.atomic():
-            engine.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s", idempotency_key=f"after-{wake.pk}")
-            engine.watch(workspace_id=WS, kind="test.sinks.followup", event_key=f"done-{wake.pk}")
+            django_wakes.schedule(
+                workspace_id=WS, kind="test.sinks.followup", delay="0s", idempotency_key=f"after-{wake.pk}"
+            )
+            django_wakes.watch(workspace_id=WS, kind="test.sinks.followup", event_key=f"done-{wake.pk}")
 
     sinks(KIND, then=chain)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
     assert row(wake).state == State.FIRED
     assert Wake.objects.filter(kind="test.sinks.followup").count() == 2
-    assert engine.run_due().fired == 1  # the scheduled follow-up fires; the watch waits for its event
-    assert engine.deliver_event(workspace_id=WS, event_key=f"done-{wake.pk}") == 1
+    assert django_wakes.run_due().fired == 1  # the scheduled follow-up fires; the watch waits for its event
+    assert django_wakes.deliver_event(workspace_id=WS, event_key=f"done-{wake.pk}") == 1
 
 
 @pytest.mark.django_db
@@ -161,18 +163,20 @@ def test_sink_whose_transaction_rolls_back_leaves_no_follow_up_and_the_retry_sch
     def chain(wake, result):
         attempts.append(wake.attempts)
         with transaction.atomic():
-            engine.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s", idempotency_key=f"f-{wake.pk}")
+            django_wakes.schedule(
+                workspace_id=WS, kind="test.sinks.followup", delay="0s", idempotency_key=f"f-{wake.pk}"
+            )
             if len(attempts) == 1:
                 raise RuntimeError("crashed after scheduling, before commit")
 
     sinks(KIND, then=chain)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due()
     assert report.failed == 1
     assert Wake.objects.filter(kind="test.sinks.followup").count() == 0
     clock.advance("1s")
-    engine.run_due()  # the retry schedules the follow-up; the follow-up itself fires in a later pass
-    engine.run_due()
+    django_wakes.run_due()  # the retry schedules the follow-up; the follow-up itself fires in a later pass
+    django_wakes.run_due()
     # a third, duplicated run of the sink would not create a second follow-up
     chain(row(wake), {"trigger": "at"})
     assert Wake.objects.filter(kind="test.sinks.followup").count() == 1
@@ -194,16 +198,16 @@ def test_sink_scheduling_commits_for_real_and_signals_after_commit(clock, sinks)
 
         def chain(wake, result):
             with transaction.atomic():
-                engine.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s")
+                django_wakes.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s")
                 assert created == ["test.sinks"]  # not yet: the follow-up's signal waits for commit
-            engine.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s")
+            django_wakes.schedule(workspace_id=WS, kind="test.sinks.followup", delay="0s")
 
         sinks(KIND, then=chain)
-        engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
+        django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
         assert created == [KIND]
-        assert engine.run_due().fired == 1
+        assert django_wakes.run_due().fired == 1
         assert created == [KIND, "test.sinks.followup", "test.sinks.followup"]
-        assert engine.run_due().fired == 2
+        assert django_wakes.run_due().fired == 2
         assert set(Wake.objects.values_list("state", flat=True)) == {State.FIRED}
     finally:
         signals.wake_created.disconnect(on_created)
@@ -212,17 +216,17 @@ def test_sink_scheduling_commits_for_real_and_signals_after_commit(clock, sinks)
 @pytest.mark.django_db
 def test_sink_can_cancel_and_trigger_other_wakes(clock, sinks):
     others = sinks("test.sinks.other")
-    victim = engine.schedule(workspace_id=WS, kind="test.sinks.other", delay="1h")
-    watcher = engine.watch(workspace_id=WS, kind="test.sinks.other", event_key="poke")
+    victim = django_wakes.schedule(workspace_id=WS, kind="test.sinks.other", delay="1h")
+    watcher = django_wakes.watch(workspace_id=WS, kind="test.sinks.other", event_key="poke")
 
     def act(wake, result):
-        assert engine.cancel(victim.pk)
-        assert engine.deliver_event(workspace_id=WS, event_key="poke", payload=wake.pk) == 1
+        assert django_wakes.cancel(victim.pk)
+        assert django_wakes.deliver_event(workspace_id=WS, event_key="poke", payload=wake.pk) == 1
 
     sinks(KIND, then=act)
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    engine.run_due()
-    engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    django_wakes.run_due()
+    django_wakes.run_due()
     assert row(victim).state == State.CANCELLED
     assert others.ids == [watcher.pk]
     assert others.results == [{"trigger": "on_event", "event_key": "poke", "payload": wake.pk}]
@@ -234,8 +238,8 @@ def test_stop_on_a_one_shot_settles_it_as_fired(clock, sinks):
     from django_wakes.sinks import Stop
 
     sinks(KIND, then=lambda wake, result: Stop(reason="done"))
-    wake = engine.schedule(workspace_id=WS, kind=KIND, delay="0s")
-    report = engine.run_due()
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    report = django_wakes.run_due()
     assert report.fired == 1
     assert report.outcomes == {wake.pk: Outcome.STOPPED}
     assert row(wake).state == State.FIRED
