@@ -81,6 +81,17 @@ class SinkRegistry:
         with self._lock:
             self._sinks.clear()
 
+    def snapshot(self) -> dict[str, Sink]:
+        """Return a copy of the registrations, to hand back to :meth:`restore` later (for tests)."""
+        with self._lock:
+            return dict(self._sinks)
+
+    def restore(self, snapshot: dict[str, Sink]) -> None:
+        """Make the registrations exactly ``snapshot`` again: later additions go, removals come back."""
+        with self._lock:
+            self._sinks.clear()
+            self._sinks.update(snapshot)
+
     def get(self, kind: str) -> Sink | None:
         """Return the sink for ``kind``, or ``None`` if nothing can fire it right now."""
         if kind == SESSION_TURN:

@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses django-wakes: a controllable clock."""
+"""Helpers for testing code that uses django-wakes: a controllable clock and a throwaway sink registry."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from . import clock as _clock
 from .durations import Duration, parse_duration
+from .sinks import SinkRegistry, registry
 from .timeutil import to_datetime
 
 
@@ -50,3 +51,23 @@ def fake_clock(start: datetime | int | float | None = None) -> Iterator[FakeCloc
         yield fake
     finally:
         _clock.install(previous)
+
+
+@contextmanager
+def isolated_sinks() -> Iterator[SinkRegistry]:
+    """Yield the sink registry; on exit, put back exactly the sinks registered on entry.
+
+    Whatever the ``with`` block registers is forgotten afterwards and whatever it unregisters comes
+    back, so each test can install its own sinks without leaking them into the next. The engine's
+    warn-once memory of unwakeable wakes (due wakes no sink can fire) is cleared on entry and on exit,
+    so a test sees its own warnings. Blocks nest: each restores what it found.
+    """
+    from . import engine  # imports the models: not at import time of this module
+
+    saved = registry.snapshot()
+    engine.unwakeable_log.reset()
+    try:
+        yield registry
+    finally:
+        registry.restore(saved)
+        engine.unwakeable_log.reset()

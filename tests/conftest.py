@@ -1,7 +1,7 @@
 """Shared fixtures: an isolated sink registry, a fake clock and recording sinks.
 
-Every test gets a fresh copy of the sink registry (whatever it registers is forgotten afterwards)
-and a fresh unwakeable-wake log, so tests never see each other's sinks or warnings.
+Every test runs inside ``django_wakes.testing.isolated_sinks()`` (whatever it registers is forgotten
+afterwards, and the unwakeable-wake log starts fresh), so tests never see each other's sinks or warnings.
 """
 
 from __future__ import annotations
@@ -12,25 +12,17 @@ from typing import Any
 
 import pytest
 
-from django_wakes import engine
 from django_wakes.sinks import registry
-from django_wakes.testing import FakeClock, fake_clock
+from django_wakes.testing import FakeClock, fake_clock, isolated_sinks
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
-def _isolated_registry() -> Iterator[None]:
-    """Snapshot the sink registry and restore it after the test; clear the unwakeable log."""
-    saved = dict(registry._sinks)
-    engine.unwakeable_log.reset()
-    try:
+def _isolated_sinks() -> Iterator[None]:
+    """Forget the sinks a test registers (and bring back those it removes); clear the unwakeable log."""
+    with isolated_sinks():
         yield
-    finally:
-        with registry._lock:
-            registry._sinks.clear()
-            registry._sinks.update(saved)
-        engine.unwakeable_log.reset()
 
 
 @pytest.fixture
