@@ -1,4 +1,4 @@
-"""The approval answer form: a decision and an optional comment, nothing else."""
+"""The approval answer form: a decision and an optional comment, plus which approval was shown."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ COMMENT_MAX_CHARS = 2000
 
 
 class ApprovalForm(forms.Form):
+    #: The id of the approval the page showed (not a secret): the answer is refused if the session
+    #: holds another approval by the time it is posted, so it never lands on a prompt not read.
+    wake = forms.IntegerField(widget=forms.HiddenInput)
     decision = forms.ChoiceField(
         label=_("Your answer"),
         choices=[(APPROVE, _("Approve")), (REJECT, _("Reject"))],

@@ -1,10 +1,14 @@
-"""The approval page: a logged-in human reads the prompt and answers it with the one-time token.
+"""The approval page: a logged-in human reads the prompt and answers it.
 
-``GET approve/<token>/`` shows the prompt; ``POST`` answers through :func:`django_wakes.engine.resolve`.
-The token is in the URL by design (it is the link that was sent), so these responses keep it
-from leaking further: ``Referrer-Policy: no-referrer`` and ``never_cache`` on every response, the
-token is never rendered into the page (the form posts to its own URL), and refusals are not
-logged with their path by Django's request logger (which would write the token to the logs).
+The link sent to the approver holds the one-time token: ``approve/<token>/``. That view only
+stores the token's hash in the session and redirects to the token-free ``approve/answer/``, the way
+Django's ``PasswordResetConfirmView`` keeps its token out of the page's URL. From there on the token
+is not in the address bar, the login page's ``?next=``, a Referer, a logged path or the web server's
+access log; the session (stored server-side, e.g. in the database) holds only the hash.
+
+``approve/answer/`` (login required) shows the prompt on GET and answers it on POST through
+:func:`django_wakes.engine.resolve_hashed`, under ordinary ``csrf_protect``. Both views are
+``never_cache``.
 """
 
 from __future__ import annotations
@@ -15,19 +19,15 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotAllowed
-from django.middleware.csrf import CsrfViewMiddleware
-from django.shortcuts import render
-from django.urls import get_callable
-from django.utils.decorators import decorator_from_middleware
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.http import require_http_methods, require_safe
 
-from . import clock, engine
-from .conf import wakes_settings
+from . import engine
 from .exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
@@ -37,13 +37,16 @@ from .exceptions import (
     InvalidIntent,
 )
 from .forms import ApprovalForm
-from .models import State, TriggerType, Wake
+from .models import Wake
 
 logger = logging.getLogger("django_wakes")
 
+#: The session key that holds the SHA-256 of the approval link's token (never the token itself).
+SESSION_KEY = "django_wakes_approval"
+
 INTENT_PREVIEW_CHARS = 4000
 
-#: Status and message of each refusal; the page never says more (nor echoes the token).
+#: Status and message of each refusal; the page never says more.
 REFUSALS: dict[type[ApprovalError], tuple[int, Any, Any]] = {
     ApprovalNotFound: (404, _("Approval not found"), _("This approval link is not valid.")),
     ApprovalDenied: (403, _("Not allowed"), _("You are not allowed to answer this approval.")),
@@ -55,66 +58,40 @@ REFUSALS: dict[type[ApprovalError], tuple[int, Any, Any]] = {
     ApprovalExpired: (410, _("Approval expired"), _("This approval expired before it was answered.")),
 }
 
+#: The form was shown for one approval, but the session now holds another (its link was opened since).
+STALE = (
+    409,
+    _("Page out of date"),
+    _(
+        "Another approval link was opened in this browser after this page was shown, so this answer was "
+        "not recorded. Open the link of the approval you mean to answer again."
+    ),
+)
 
-def _unlogged(response: HttpResponseBase) -> HttpResponseBase:
-    """Mark a refusal as logged, so Django's request logger does not write its path (the token)."""
-    response._has_been_logged = True  # type: ignore[attr-defined]  # what django.utils.log checks
+
+@require_safe
+@never_cache
+def approve(request: HttpRequest, token: str) -> HttpResponseBase:
+    """Keep the link's token as its hash in the session and redirect to the token-free answer page.
+
+    This view always redirects, whoever asks and whatever the token: the answer page checks the
+    approval and refuses it there (404/403/409/410). A refusal here would be a 4xx response, and
+    Django's request logger writes the path of every 4xx response, token included, to the logs.
+    Nothing is rendered at this URL, so nothing here can leak the token through a Referer.
+    """
+    request.session[SESSION_KEY] = engine.hash_token(token)
+    response = redirect("django_wakes:answer")
+    response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
 
-class _QuietCsrfViewMiddleware(CsrfViewMiddleware):
-    """Django's CSRF check, but a rejection is logged without the request path (which holds the token)."""
-
-    def _reject(self, request: HttpRequest, reason: str) -> HttpResponse:
-        logger.warning("approval answer refused by CSRF protection: %s", reason)
-        return _unlogged(get_callable(settings.CSRF_FAILURE_VIEW)(request, reason=reason))
+def _refusal(request: HttpRequest, status: int, title: Any, message: Any) -> HttpResponse:
+    return render(request, "django_wakes/approve_refused.html", {"title": title, "message": message}, status=status)
 
 
-#: ``csrf_protect`` whose rejections keep the token out of the logs.
-csrf_protect_quietly = decorator_from_middleware(_QuietCsrfViewMiddleware)
-
-
-def _no_referrer(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """Send ``Referrer-Policy: no-referrer`` so links followed from the page do not carry the token."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        response = view(request, *args, **kwargs)
-        response.headers["Referrer-Policy"] = "no-referrer"
-        return response
-
-    return wrapped
-
-
-def _open_approval(token: str, actor: Any) -> Wake:
-    """Return the approval this token opens for ``actor``, or raise what :func:`resolve` would.
-
-    The same checks in the same order as ``resolve`` (which repeats them atomically on POST), so
-    the page refuses exactly what an answer would be refused for, before showing the prompt.
-    """
-    wake = (
-        Wake.objects.using(engine.db_alias())
-        .filter(token_hash=engine.hash_token(token), trigger_type=TriggerType.ON_APPROVAL)
-        .first()
-    )
-    if wake is None:
-        raise ApprovalNotFound("no approval answers to this token")
-    authorize = wakes_settings.authorize
-    if authorize is None or not authorize(actor, wake.workspace_id):
-        raise ApprovalDenied("this actor may not resolve approvals in this workspace")
-    if wake.state == State.PENDING and wake.fire_at is None:
-        if wake.expires_at is None or wake.expires_at > clock.now():
-            return wake
-        raise ApprovalExpired("expired")
-    if wake.fire_at is None and wake.state in (State.EXPIRED, State.FIRING):
-        raise ApprovalExpired("expired")
-    raise ApprovalAlreadyResolved("already answered or cancelled")
-
-
-def _refusal(request: HttpRequest, exc: ApprovalError) -> HttpResponseBase:
+def _refused(request: HttpRequest, exc: ApprovalError) -> HttpResponse:
     status, title, message = next(v for k, v in REFUSALS.items() if isinstance(exc, k))
-    response = render(request, "django_wakes/approve_refused.html", {"title": title, "message": message}, status=status)
-    return _unlogged(response)
+    return _refusal(request, status, title, message)
 
 
 def _intent_preview(wake: Wake) -> str:
@@ -129,32 +106,54 @@ def _form_page(request: HttpRequest, wake: Wake, form: ApprovalForm, status: int
     return render(request, "django_wakes/approve.html", context, status=status)
 
 
-@csrf_exempt  # the global CSRF middleware would log the path on rejection; the check is done below
-@_no_referrer
+def _same_origin(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Send ``Referrer-Policy: same-origin``: Referers stay on this site and form posts carry a real Origin.
+
+    (``no-referrer`` would make browsers send ``Origin: null`` on the answer, which Django's CSRF
+    check rightly refuses.)
+    """
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        response.headers["Referrer-Policy"] = "same-origin"
+        return response
+
+    return wrapped
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@_same_origin
 @never_cache
 @login_required
-@csrf_protect_quietly
-def approve(request: HttpRequest, token: str) -> HttpResponseBase:
-    """Show an approval's prompt (GET), or answer it (POST); 404/403/409/410 when it cannot be answered."""
-    if request.method not in ("GET", "HEAD", "POST"):
-        return _unlogged(HttpResponseNotAllowed(["GET", "POST"]))
+@csrf_protect
+def answer(request: HttpRequest) -> HttpResponseBase:
+    """Show the prompt of the approval kept in the session (GET), or answer it (POST).
+
+    404 when the session holds no approval or an unknown one, 403/409/410 when it cannot be answered
+    now by this user. After an answer the session forgets the approval.
+    """
+    token_hash = request.session.get(SESSION_KEY)
     try:
-        wake = _open_approval(token, request.user)
+        wake = engine.open_approval(token_hash, request.user)
     except ApprovalError as exc:
-        return _refusal(request, exc)
+        return _refused(request, exc)
     if request.method != "POST":
-        return _form_page(request, wake, ApprovalForm())
+        return _form_page(request, wake, ApprovalForm(initial={"wake": wake.pk}))
     form = ApprovalForm(request.POST)
+    if form.is_valid() and form.cleaned_data["wake"] != wake.pk:
+        return _refusal(request, *STALE)
     if not form.is_valid():
-        return _unlogged(_form_page(request, wake, form, status=400))
+        return _form_page(request, wake, form, status=400)
     answer = form.answer()
     try:
-        wake = engine.resolve(token, answer, actor=request.user)
+        wake = engine.resolve_hashed(token_hash, answer, request.user)
     except InvalidIntent:
         form.add_error("comment", _("This comment is too long."))
-        return _unlogged(_form_page(request, wake, form, status=400))
+        return _form_page(request, wake, form, status=400)
     except ApprovalError as exc:
-        return _refusal(request, exc)
+        return _refused(request, exc)
+    del request.session[SESSION_KEY]
     logger.info(
         "approval answered wake=%s workspace=%s by=%s approved=%s",
         wake.pk,

@@ -52,6 +52,8 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "static/"
+# The approval page needs a logged-in user; the login template is testproject/templates/registration/.
+LOGIN_URL = "/accounts/login/"
 
 
 def database_from_url(url: str) -> dict:

@@ -1,25 +1,40 @@
-"""The approval page: who may answer, what each refusal looks like, and that the token does not leak."""
+"""The approval page through Django's test client: the link's token becomes a hash in the session and
+leaves the URL at once; who may answer; what each refusal looks like; that the token leaks nowhere.
+
+What only a real browser shows (Referer and Origin headers, the login round trip) is in
+test_browser_approval.py.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
 from django_wakes import engine
 from django_wakes.models import State, Wake
 from django_wakes.testing import fake_clock
+from django_wakes.views import SESSION_KEY
 
 pytestmark = pytest.mark.django_db
 
 KIND = "test.views"
 START = datetime(2030, 1, 1, tzinfo=UTC)
 WORKSPACE = "team-alice"  # testproject.wakes.authorize lets a user whose name is in the workspace id answer
+PASSWORD = "correct horse battery staple"
+ANSWER_URL = "/wakes/approve/answer/"
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +62,7 @@ def approval() -> engine.ApprovalRequest:
 
 @pytest.fixture
 def alice(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("alice", password="not-used")
+    return django_user_model.objects.create_user("alice", password=PASSWORD)
 
 
 @pytest.fixture
@@ -57,99 +72,200 @@ def client(alice: Any) -> Client:
     return client
 
 
-def url(token: str) -> str:
+def link(token: str) -> str:
     return reverse("django_wakes:approve", args=[token])
 
 
-def answer(client: Client, token: str, decision: str = "approve", comment: str = "", **extra: str) -> Any:
-    return client.post(url(token), {"decision": decision, "comment": comment, **extra})
+def open_link(client: Client, token: str) -> Any:
+    """Follow an approval link as the approver's browser does; it always redirects to the answer page."""
+    response = client.get(link(token))
+    assert response.status_code == 302
+    assert response["Location"] == ANSWER_URL
+    return response
+
+
+def answer(client: Client, wake: Wake | int, decision: str = "approve", comment: str = "", **extra: Any) -> Any:
+    wake_id = wake if isinstance(wake, int) else wake.pk
+    return client.post(ANSWER_URL, {"wake": wake_id, "decision": decision, "comment": comment, **extra})
+
+
+def open_and_answer(client: Client, approval: engine.ApprovalRequest, **kwargs: Any) -> Any:
+    open_link(client, approval.token)
+    return answer(client, approval.wake, **kwargs)
 
 
 def assert_guarded(response: Any, token: str) -> None:
-    """Every response: no referrer, never cached, and the token nowhere in the page."""
-    assert response["Referrer-Policy"] == "no-referrer"
+    """Every answer-page response: same-origin referrers, never cached, and the token nowhere in the page."""
+    assert response["Referrer-Policy"] == "same-origin"
     assert "no-store" in response["Cache-Control"]
     assert token not in response.content.decode()
 
 
 def test_urls_are_namespaced(approval: engine.ApprovalRequest) -> None:
-    assert url(approval.token) == f"/wakes/approve/{approval.token}/"
+    assert link(approval.token) == f"/wakes/approve/{approval.token}/"
+    assert reverse("django_wakes:answer") == ANSWER_URL
 
 
-def test_get_shows_the_prompt_and_the_form(client: Client, approval: engine.ApprovalRequest) -> None:
-    response = client.get(url(approval.token))
+def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_free_url(
+    client: Client, approval: engine.ApprovalRequest
+) -> None:
+    response = open_link(client, approval.token)
+    assert approval.token not in response["Location"]
+    assert response["Referrer-Policy"] == "no-referrer"
+    assert "no-store" in response["Cache-Control"]
+    assert response.content == b""  # nothing rendered at the token's URL, so nothing to leak it from
+    token_hash = engine.hash_token(approval.token)
+    assert client.session[SESSION_KEY] == token_hash
+    assert approval.token not in json.dumps(dict(client.session.items()))
+    rows = list(Session.objects.all())
+    assert rows, "the session is stored in the database"
+    for row in rows:
+        assert approval.token not in row.session_data
+        assert approval.token not in json.dumps(row.get_decoded())
+    assert any(row.get_decoded().get(SESSION_KEY) == token_hash for row in rows)
+
+
+def test_the_link_never_refuses_by_itself(client: Client, approval: engine.ApprovalRequest) -> None:
+    """A 4xx at the token URL would be logged with its path by Django: the answer page refuses instead."""
+    unknown = approval.token[::-1]
+    open_link(client, unknown)
+    assert client.session[SESSION_KEY] == engine.hash_token(unknown)
+    assert open_link(Client(), approval.token)["Referrer-Policy"] == "no-referrer"  # anonymous too
+
+
+def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval: engine.ApprovalRequest) -> None:
+    open_link(client, approval.token)
+    response = client.get(ANSWER_URL)
     assert response.status_code == 200
     html = response.content.decode()
     assert "Deploy &lt;b&gt;prod&lt;/b&gt; now?" in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
     assert 'name="decision"' in html and 'name="comment"' in html
-    assert 'action=""' in html  # posts to its own URL: the token is not written into the page
+    assert f'type="hidden" name="wake" value="{approval.wake.pk}"' in html
+    assert 'action=""' in html
+    assert "answering as alice" in html
     assert_guarded(response, approval.token)
 
 
-def test_post_resolves_the_approval(client: Client, approval: engine.ApprovalRequest) -> None:
-    response = answer(client, approval.token, comment="looks good")
+def test_a_post_answers_the_approval_and_the_session_forgets_it(
+    client: Client, approval: engine.ApprovalRequest
+) -> None:
+    response = open_and_answer(client, approval, comment="looks good")
     assert response.status_code == 200
-    assert "Thank you" in response.content.decode()
+    assert "You approved this request." in response.content.decode()
     assert_guarded(response, approval.token)
     wake = Wake.objects.get(pk=approval.wake.pk)
     assert wake.result["answer"] == {"approved": True, "comment": "looks good"}
     assert wake.result["resolved_by"] == "alice"
     assert wake.fire_at is not None and wake.state == State.PENDING  # due now: a runner fires it
+    assert SESSION_KEY not in client.session
+    assert client.get(ANSWER_URL).status_code == 404  # nothing in the session any more
 
 
-def test_post_can_reject(client: Client, approval: engine.ApprovalRequest) -> None:
-    assert answer(client, approval.token, decision="reject").status_code == 200
+def test_a_post_can_reject(client: Client, approval: engine.ApprovalRequest) -> None:
+    response = open_and_answer(client, approval, decision="reject")
+    assert response.status_code == 200
+    assert "You rejected this request." in response.content.decode()
     assert Wake.objects.get(pk=approval.wake.pk).result["answer"] == {"approved": False, "comment": ""}
 
 
 def test_an_invalid_answer_redisplays_the_form(client: Client, approval: engine.ApprovalRequest) -> None:
-    response = answer(client, approval.token, decision="maybe")
+    response = open_and_answer(client, approval, decision="maybe")
     assert response.status_code == 400
     assert_guarded(response, approval.token)
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
+    assert client.session[SESSION_KEY]  # still there: the approver can try again
+    assert answer(client, approval.wake).status_code == 200
 
 
 def test_an_answer_too_large_for_the_intent_limit_is_refused(
     client: Client, approval: engine.ApprovalRequest, settings: Any
 ) -> None:
     settings.WAKES = {**settings.WAKES, "INTENT_MAX_BYTES": 100}
-    response = answer(client, approval.token, comment="x" * 500)
+    response = open_and_answer(client, approval, comment="x" * 500)
     assert response.status_code == 400
     assert "too long" in response.content.decode()
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
-@pytest.mark.parametrize("method", ["get", "post"])
-def test_anonymous_users_are_sent_to_log_in(method: str, approval: engine.ApprovalRequest) -> None:
-    response = getattr(Client(), method)(url(approval.token), {"decision": "approve"})
-    assert response.status_code == 302
-    assert response["Location"].startswith(django_settings.LOGIN_URL)
-    assert response["Referrer-Policy"] == "no-referrer"
+def test_an_answer_posted_from_a_page_of_another_approval_is_refused(
+    client: Client, approval: engine.ApprovalRequest
+) -> None:
+    """Two links opened in one browser: the older page cannot answer the newer approval by mistake."""
+    second = request_approval(prompt="Drop the staging database?")
+    open_link(client, approval.token)
+    assert client.get(ANSWER_URL).status_code == 200  # the page shows the first prompt...
+    open_link(client, second.token)  # ...then the second link is opened in another tab
+    response = answer(client, approval.wake)
+    assert response.status_code == 409
+    assert "out of date" in response.content.decode()
+    assert Wake.objects.filter(pk__in=[approval.wake.pk, second.wake.pk], fire_at__isnull=False).count() == 0
+    assert answer(client, second.wake, decision="reject").status_code == 200
+    assert Wake.objects.get(pk=second.wake.pk).result["answer"]["approved"] is False
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
+def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
+    alice: Any, approval: engine.ApprovalRequest
+) -> None:
+    browser = Client()
+    open_link(browser, approval.token)
+    assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)
+    to_login = browser.get(ANSWER_URL)
+    assert to_login.status_code == 302
+    assert to_login["Location"] == f"{django_settings.LOGIN_URL}?next=/wakes/approve/answer/"
+    assert browser.post(ANSWER_URL, {"wake": approval.wake.pk, "decision": "approve"}).status_code == 302
+    assert Wake.objects.get(pk=approval.wake.pk).fire_at is None  # not answered while logged out
+    login_page = browser.get(to_login["Location"])
+    assert login_page.status_code == 200
+    assert approval.token not in login_page.content.decode()
+    back = browser.post(
+        django_settings.LOGIN_URL, {"username": "alice", "password": PASSWORD, "next": "/wakes/approve/answer/"}
+    )
+    assert back.status_code == 302 and back["Location"] == ANSWER_URL
+    assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)  # kept across the login
+    assert browser.get(ANSWER_URL).status_code == 200
+    assert answer(browser, approval.wake).status_code == 200
+    assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "alice"
+
+
 def test_a_second_answer_gets_409(client: Client, approval: engine.ApprovalRequest) -> None:
-    assert answer(client, approval.token).status_code == 200
-    for response in (answer(client, approval.token, decision="reject"), client.get(url(approval.token))):
+    assert open_and_answer(client, approval).status_code == 200
+    open_link(client, approval.token)
+    for response in (client.get(ANSWER_URL), answer(client, approval.wake, decision="reject")):
         assert response.status_code == 409
         assert "already answered" in response.content.decode()
         assert_guarded(response, approval.token)
     assert Wake.objects.get(pk=approval.wake.pk).result["answer"]["approved"] is True
 
 
+def test_of_two_approvers_with_the_page_open_the_first_answer_wins(
+    client: Client, django_user_model: Any, approval: engine.ApprovalRequest
+) -> None:
+    demo = Client()
+    demo.force_login(django_user_model.objects.create_user("demo"))
+    for browser in (client, demo):
+        open_link(browser, approval.token)
+        assert browser.get(ANSWER_URL).status_code == 200
+    assert answer(demo, approval.wake, decision="reject").status_code == 200
+    assert answer(client, approval.wake).status_code == 409
+    assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "demo"
+
+
 def test_a_cancelled_approval_gets_409(client: Client, approval: engine.ApprovalRequest) -> None:
     engine.cancel(approval.wake.pk)
-    assert client.get(url(approval.token)).status_code == 409
-    assert answer(client, approval.token).status_code == 409
+    open_link(client, approval.token)
+    assert client.get(ANSWER_URL).status_code == 409
+    assert answer(client, approval.wake).status_code == 409
 
 
 def test_an_expired_approval_gets_410(client: Client) -> None:
     with fake_clock(START) as fake:
         approval = request_approval(expires_in="1h")
-        assert client.get(url(approval.token)).status_code == 200
+        open_link(client, approval.token)
+        assert client.get(ANSWER_URL).status_code == 200
         fake.advance("1h")  # the expiry instant itself refuses the answer
-        for response in (client.get(url(approval.token)), answer(client, approval.token)):
+        for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
             assert response.status_code == 410
             assert "expired" in response.content.decode()
             assert_guarded(response, approval.token)
@@ -158,21 +274,32 @@ def test_an_expired_approval_gets_410(client: Client) -> None:
 
 def test_an_approval_whose_expiry_already_fired_gets_410(client: Client, approval: engine.ApprovalRequest) -> None:
     Wake.objects.filter(pk=approval.wake.pk).update(state=State.EXPIRED, expires_at=START)
-    assert client.get(url(approval.token)).status_code == 410
-    assert answer(client, approval.token).status_code == 410
+    open_link(client, approval.token)
+    assert client.get(ANSWER_URL).status_code == 410
+    assert answer(client, approval.wake).status_code == 410
 
 
 def test_an_unknown_token_gets_404(client: Client, approval: engine.ApprovalRequest) -> None:
     unknown = approval.token[::-1]
-    for response in (client.get(url(unknown)), answer(client, unknown)):
+    open_link(client, unknown)
+    for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
         assert response.status_code == 404
         assert "not valid" in response.content.decode()
         assert_guarded(response, unknown)
+    assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
+
+
+def test_nothing_in_the_session_gets_404(client: Client, approval: engine.ApprovalRequest) -> None:
+    for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
+        assert response.status_code == 404
+        assert "not valid" in response.content.decode()
+    assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
 def test_a_denied_actor_gets_403(client: Client, approval: engine.ApprovalRequest, settings: Any) -> None:
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": lambda actor, workspace_id: False}
-    for response in (client.get(url(approval.token)), answer(client, approval.token)):
+    open_link(client, approval.token)
+    for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
         assert response.status_code == 403
         assert "Deploy" not in response.content.decode()  # the prompt is not shown to the unauthorized
         assert_guarded(response, approval.token)
@@ -182,10 +309,11 @@ def test_a_denied_actor_gets_403(client: Client, approval: engine.ApprovalReques
 def test_the_project_hook_decides_who_may_answer(django_user_model: Any, approval: engine.ApprovalRequest) -> None:
     bob = Client()
     bob.force_login(django_user_model.objects.create_user("bob"))
-    assert bob.get(url(approval.token)).status_code == 403
+    open_link(bob, approval.token)
+    assert bob.get(ANSWER_URL).status_code == 403
     demo = Client()
     demo.force_login(django_user_model.objects.create_user("demo"))
-    assert answer(demo, approval.token).status_code == 200
+    assert open_and_answer(demo, approval).status_code == 200
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "demo"
 
 
@@ -193,27 +321,47 @@ def test_no_authorize_hook_means_no_one_may_answer(
     client: Client, approval: engine.ApprovalRequest, settings: Any
 ) -> None:
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
-    assert client.get(url(approval.token)).status_code == 403
-    assert answer(client, approval.token).status_code == 403
+    open_link(client, approval.token)
+    assert client.get(ANSWER_URL).status_code == 403
+    assert answer(client, approval.wake).status_code == 403
 
 
 def test_csrf_is_enforced(alice: Any, approval: engine.ApprovalRequest) -> None:
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(alice)
-    refused = answer(strict, approval.token)
-    assert refused.status_code == 403
-    assert refused["Referrer-Policy"] == "no-referrer"
+    open_link(strict, approval.token)
+    assert answer(strict, approval.wake).status_code == 403
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
-    assert strict.get(url(approval.token)).status_code == 200  # sets the CSRF cookie
+    assert strict.get(ANSWER_URL).status_code == 200  # sets the CSRF cookie
     csrf = strict.cookies[django_settings.CSRF_COOKIE_NAME].value
-    assert answer(strict, approval.token, csrfmiddlewaretoken=csrf).status_code == 200
+    assert answer(strict, approval.wake, csrfmiddlewaretoken=csrf).status_code == 200
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "alice"
 
 
+def test_a_csrf_failure_leaks_no_token(
+    alice: Any, approval: engine.ApprovalRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Django logs a CSRF refusal with its path: the answer page's path, which holds no token."""
+    caplog.set_level(logging.DEBUG)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(alice)
+    open_link(strict, approval.token)
+    refused = answer(strict, approval.wake)
+    assert refused.status_code == 403
+    assert refused.wsgi_request.get_full_path() == ANSWER_URL
+    assert approval.token not in refused.content.decode()
+    csrf_logs = [r for r in caplog.records if r.name == "django.security.csrf"]
+    assert csrf_logs and all(ANSWER_URL in r.getMessage() for r in csrf_logs)
+    assert approval.token not in caplog.text
+
+
 def test_other_methods_are_not_allowed(client: Client, approval: engine.ApprovalRequest) -> None:
-    response = client.put(url(approval.token))
+    open_link(client, approval.token)
+    response = client.put(ANSWER_URL)
     assert response.status_code == 405
-    assert response["Referrer-Policy"] == "no-referrer"
+    assert response["Referrer-Policy"] == "same-origin"
+    assert client.post(link(approval.token)).status_code == 405  # the link is only ever followed (GET)
+    assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
 def test_the_token_is_never_logged(
@@ -222,14 +370,18 @@ def test_the_token_is_never_logged(
     caplog.set_level(logging.DEBUG)
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(alice)
-    assert answer(strict, approval.token).status_code == 403  # CSRF refusal
-    assert client.get(url(approval.token[::-1])).status_code == 404
-    assert client.put(url(approval.token)).status_code == 405
-    assert answer(client, approval.token, decision="maybe").status_code == 400
-    assert answer(client, approval.token).status_code == 200
-    assert answer(client, approval.token).status_code == 409
+    open_link(strict, approval.token)
+    assert answer(strict, approval.wake).status_code == 403  # CSRF refusal
+    open_link(client, approval.token[::-1])
+    assert client.get(ANSWER_URL).status_code == 404
+    open_link(client, approval.token)
+    assert client.put(ANSWER_URL).status_code == 405
+    assert answer(client, approval.wake, decision="maybe").status_code == 400
+    assert answer(client, approval.wake).status_code == 200
+    open_link(client, approval.token)
+    assert answer(client, approval.wake).status_code == 409
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": lambda actor, workspace_id: False}
-    assert client.get(url(approval.token)).status_code == 403
+    assert client.get(ANSWER_URL).status_code == 403
     assert caplog.records, "expected the refusals and the answer to be logged (without the token)"
     assert approval.token not in caplog.text
     assert approval.token[::-1] not in caplog.text

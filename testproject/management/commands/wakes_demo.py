@@ -1,11 +1,20 @@
-"""``manage.py wakes_demo``: schedule a delay, an event watch and an approval, then fire them all."""
+"""``manage.py wakes_demo``: schedule a delay, an event watch and an approval, then fire them all.
+
+It lives in the testproject (it needs the testproject's ``demo.print`` sink and ``AUTHORIZE`` hook),
+and ends by leaving one approval open for a human: it prints its link and a demo user to log in with.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
+import sys
 import time
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.urls import reverse
 
 import django_wakes
 from django_wakes.runner import Sweeper
@@ -19,8 +28,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--delay", type=float, default=2.0, help="Seconds until the delayed wake (default %(default)r)."
         )
+        parser.add_argument(
+            "--base-url",
+            default="http://127.0.0.1:8000",
+            help="Where `manage.py runserver` serves the testproject, for the printed link (default %(default)r).",
+        )
 
-    def handle(self, *args: Any, delay: float, **options: Any) -> None:
+    def handle(self, *args: Any, delay: float, base_url: str, **options: Any) -> None:
         if registry.get("demo.print") is None:
             raise CommandError("the demo needs the 'demo.print' sink (testproject/wakes.py): run it in the testproject")
         stamp = int(time.time())
@@ -74,4 +88,30 @@ class Command(BaseCommand):
             timed.refresh_from_db()
         if timed.state != "fired":
             raise CommandError(f"the delayed wake did not fire (state {timed.state})")
-        out.write(self.style.SUCCESS("All three wakes fired. Try `python manage.py runwakes` for the real sweeper."))
+        out.write(self.style.SUCCESS("All three wakes fired."))
+        self.open_approval_for_a_human(base_url.rstrip("/"))
+
+    def open_approval_for_a_human(self, base_url: str) -> None:
+        """Leave one approval open, refresh the ``demo`` user, and print how to answer it in a browser."""
+        approval = django_wakes.request_approval(
+            workspace_id="demo",
+            prompt="Deploy build 42 to production?",
+            expires_in="1d",
+            kind="demo.print",
+            intent={"deploy": "build 42", "to": "production"},
+        )
+        username, password = "demo", secrets.token_urlsafe(9)
+        user_model = get_user_model()
+        user, _ = user_model._default_manager.get_or_create(**{user_model.USERNAME_FIELD: username})
+        user.set_password(password)  # a new one on every run: it is printed below
+        user.save()
+        python = os.path.relpath(sys.executable)
+        python = python if not python.startswith("..") else "python"
+        link = base_url + reverse("django_wakes:approve", args=[approval.token])
+        out = self.stdout
+        out.write(self.style.MIGRATE_HEADING("Now answer an approval in your browser"))
+        out.write(f"  wake {approval.wake.pk} waits for your answer (expires in 1 day)")
+        out.write(f"  1. start the web server:  {python} manage.py runserver")
+        out.write(f"  2. open the link:         {link}")
+        out.write(f"  3. log in as:             username {username}, password {password}")
+        out.write(f"  4. answer, then fire it:  {python} manage.py runwakes --once")
