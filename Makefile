@@ -16,13 +16,16 @@ $(STAMP): pyproject.toml
 	else echo "no MariaDB/MySQL client headers (libmariadb-dev): MariaDB tests will be skipped"; fi
 	touch $(STAMP)
 
-## demo: migrate the testproject on SQLite, schedule a delay, an event and an approval, and fire them
+## demo: migrate the testproject on SQLite, schedule a delay, an event and an approval, and fire them;
+## then leave an approval open and print its link and a user to answer it with (after `manage.py runserver`)
 demo: $(STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py wakes_demo
 
-## test: the suite on SQLite, then on PostgreSQL and MariaDB where reachable (required when CI=true)
+## test: the suite on SQLite, then on PostgreSQL and MariaDB where reachable (required when CI=true),
+## with the browser tests in Chromium (installed by scripts/install-browser; required when CI=true)
 test: $(STAMP)
+	bash scripts/install-browser || [ "$${CI:-}" != "true" ]
 	PYTHON=$(PY) bash scripts/run-tests
 
 lint: $(STAMP)

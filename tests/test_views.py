@@ -18,6 +18,7 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
+import django_wakes
 from django_wakes import engine
 from django_wakes.models import State, Wake
 from django_wakes.testing import fake_clock
@@ -44,7 +45,7 @@ def kind(sinks) -> str:
     return KIND
 
 
-def request_approval(**overrides: Any) -> engine.ApprovalRequest:
+def request_approval(**overrides: Any) -> django_wakes.ApprovalRequest:
     fields: dict[str, Any] = {
         "workspace_id": WORKSPACE,
         "prompt": "Deploy <b>prod</b> now?",
@@ -52,11 +53,11 @@ def request_approval(**overrides: Any) -> engine.ApprovalRequest:
         "kind": KIND,
         "intent": {"deploy": "prod", "note": "<script>x</script>"},
     }
-    return engine.request_approval(**{**fields, **overrides})
+    return django_wakes.request_approval(**{**fields, **overrides})
 
 
 @pytest.fixture
-def approval() -> engine.ApprovalRequest:
+def approval() -> django_wakes.ApprovalRequest:
     return request_approval()
 
 
@@ -89,7 +90,7 @@ def answer(client: Client, wake: Wake | int, decision: str = "approve", comment:
     return client.post(ANSWER_URL, {"wake": wake_id, "decision": decision, "comment": comment, **extra})
 
 
-def open_and_answer(client: Client, approval: engine.ApprovalRequest, **kwargs: Any) -> Any:
+def open_and_answer(client: Client, approval: django_wakes.ApprovalRequest, **kwargs: Any) -> Any:
     open_link(client, approval.token)
     return answer(client, approval.wake, **kwargs)
 
@@ -101,13 +102,13 @@ def assert_guarded(response: Any, token: str) -> None:
     assert token not in response.content.decode()
 
 
-def test_urls_are_namespaced(approval: engine.ApprovalRequest) -> None:
+def test_urls_are_namespaced(approval: django_wakes.ApprovalRequest) -> None:
     assert link(approval.token) == f"/wakes/approve/{approval.token}/"
     assert reverse("django_wakes:answer") == ANSWER_URL
 
 
 def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_free_url(
-    client: Client, approval: engine.ApprovalRequest
+    client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
     response = open_link(client, approval.token)
     assert approval.token not in response["Location"]
@@ -125,7 +126,7 @@ def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_fr
     assert any(row.get_decoded().get(SESSION_KEY) == token_hash for row in rows)
 
 
-def test_the_link_never_refuses_by_itself(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_the_link_never_refuses_by_itself(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     """A 4xx at the token URL would be logged with its path by Django: the answer page refuses instead."""
     unknown = approval.token[::-1]
     open_link(client, unknown)
@@ -133,7 +134,7 @@ def test_the_link_never_refuses_by_itself(client: Client, approval: engine.Appro
     assert open_link(Client(), approval.token)["Referrer-Policy"] == "no-referrer"  # anonymous too
 
 
-def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     open_link(client, approval.token)
     response = client.get(ANSWER_URL)
     assert response.status_code == 200
@@ -148,7 +149,7 @@ def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval:
 
 
 def test_a_post_answers_the_approval_and_the_session_forgets_it(
-    client: Client, approval: engine.ApprovalRequest
+    client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
     response = open_and_answer(client, approval, comment="looks good")
     assert response.status_code == 200
@@ -162,14 +163,14 @@ def test_a_post_answers_the_approval_and_the_session_forgets_it(
     assert client.get(ANSWER_URL).status_code == 404  # nothing in the session any more
 
 
-def test_a_post_can_reject(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_a_post_can_reject(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     response = open_and_answer(client, approval, decision="reject")
     assert response.status_code == 200
     assert "You rejected this request." in response.content.decode()
     assert Wake.objects.get(pk=approval.wake.pk).result["answer"] == {"approved": False, "comment": ""}
 
 
-def test_an_invalid_answer_redisplays_the_form(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_an_invalid_answer_redisplays_the_form(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     response = open_and_answer(client, approval, decision="maybe")
     assert response.status_code == 400
     assert_guarded(response, approval.token)
@@ -179,7 +180,7 @@ def test_an_invalid_answer_redisplays_the_form(client: Client, approval: engine.
 
 
 def test_an_answer_too_large_for_the_intent_limit_is_refused(
-    client: Client, approval: engine.ApprovalRequest, settings: Any
+    client: Client, approval: django_wakes.ApprovalRequest, settings: Any
 ) -> None:
     settings.WAKES = {**settings.WAKES, "INTENT_MAX_BYTES": 100}
     response = open_and_answer(client, approval, comment="x" * 500)
@@ -189,7 +190,7 @@ def test_an_answer_too_large_for_the_intent_limit_is_refused(
 
 
 def test_an_answer_posted_from_a_page_of_another_approval_is_refused(
-    client: Client, approval: engine.ApprovalRequest
+    client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
     """Two links opened in one browser: the older page cannot answer the newer approval by mistake."""
     second = request_approval(prompt="Drop the staging database?")
@@ -206,7 +207,7 @@ def test_an_answer_posted_from_a_page_of_another_approval_is_refused(
 
 
 def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
-    alice: Any, approval: engine.ApprovalRequest
+    alice: Any, approval: django_wakes.ApprovalRequest
 ) -> None:
     browser = Client()
     open_link(browser, approval.token)
@@ -229,7 +230,7 @@ def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "alice"
 
 
-def test_a_second_answer_gets_409(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_a_second_answer_gets_409(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     assert open_and_answer(client, approval).status_code == 200
     open_link(client, approval.token)
     for response in (client.get(ANSWER_URL), answer(client, approval.wake, decision="reject")):
@@ -240,7 +241,7 @@ def test_a_second_answer_gets_409(client: Client, approval: engine.ApprovalReque
 
 
 def test_of_two_approvers_with_the_page_open_the_first_answer_wins(
-    client: Client, django_user_model: Any, approval: engine.ApprovalRequest
+    client: Client, django_user_model: Any, approval: django_wakes.ApprovalRequest
 ) -> None:
     demo = Client()
     demo.force_login(django_user_model.objects.create_user("demo"))
@@ -252,8 +253,8 @@ def test_of_two_approvers_with_the_page_open_the_first_answer_wins(
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "demo"
 
 
-def test_a_cancelled_approval_gets_409(client: Client, approval: engine.ApprovalRequest) -> None:
-    engine.cancel(approval.wake.pk)
+def test_a_cancelled_approval_gets_409(client: Client, approval: django_wakes.ApprovalRequest) -> None:
+    django_wakes.cancel(approval.wake.pk)
     open_link(client, approval.token)
     assert client.get(ANSWER_URL).status_code == 409
     assert answer(client, approval.wake).status_code == 409
@@ -272,14 +273,16 @@ def test_an_expired_approval_gets_410(client: Client) -> None:
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
-def test_an_approval_whose_expiry_already_fired_gets_410(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_an_approval_whose_expiry_already_fired_gets_410(
+    client: Client, approval: django_wakes.ApprovalRequest
+) -> None:
     Wake.objects.filter(pk=approval.wake.pk).update(state=State.EXPIRED, expires_at=START)
     open_link(client, approval.token)
     assert client.get(ANSWER_URL).status_code == 410
     assert answer(client, approval.wake).status_code == 410
 
 
-def test_an_unknown_token_gets_404(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_an_unknown_token_gets_404(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     unknown = approval.token[::-1]
     open_link(client, unknown)
     for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
@@ -289,14 +292,14 @@ def test_an_unknown_token_gets_404(client: Client, approval: engine.ApprovalRequ
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
-def test_nothing_in_the_session_gets_404(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_nothing_in_the_session_gets_404(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
         assert response.status_code == 404
         assert "not valid" in response.content.decode()
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
-def test_a_denied_actor_gets_403(client: Client, approval: engine.ApprovalRequest, settings: Any) -> None:
+def test_a_denied_actor_gets_403(client: Client, approval: django_wakes.ApprovalRequest, settings: Any) -> None:
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": lambda actor, workspace_id: False}
     open_link(client, approval.token)
     for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
@@ -306,7 +309,9 @@ def test_a_denied_actor_gets_403(client: Client, approval: engine.ApprovalReques
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
-def test_the_project_hook_decides_who_may_answer(django_user_model: Any, approval: engine.ApprovalRequest) -> None:
+def test_the_project_hook_decides_who_may_answer(
+    django_user_model: Any, approval: django_wakes.ApprovalRequest
+) -> None:
     bob = Client()
     bob.force_login(django_user_model.objects.create_user("bob"))
     open_link(bob, approval.token)
@@ -318,7 +323,7 @@ def test_the_project_hook_decides_who_may_answer(django_user_model: Any, approva
 
 
 def test_no_authorize_hook_means_no_one_may_answer(
-    client: Client, approval: engine.ApprovalRequest, settings: Any
+    client: Client, approval: django_wakes.ApprovalRequest, settings: Any
 ) -> None:
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
     open_link(client, approval.token)
@@ -326,7 +331,7 @@ def test_no_authorize_hook_means_no_one_may_answer(
     assert answer(client, approval.wake).status_code == 403
 
 
-def test_csrf_is_enforced(alice: Any, approval: engine.ApprovalRequest) -> None:
+def test_csrf_is_enforced(alice: Any, approval: django_wakes.ApprovalRequest) -> None:
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(alice)
     open_link(strict, approval.token)
@@ -339,7 +344,7 @@ def test_csrf_is_enforced(alice: Any, approval: engine.ApprovalRequest) -> None:
 
 
 def test_a_csrf_failure_leaks_no_token(
-    alice: Any, approval: engine.ApprovalRequest, caplog: pytest.LogCaptureFixture
+    alice: Any, approval: django_wakes.ApprovalRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Django logs a CSRF refusal with its path: the answer page's path, which holds no token."""
     caplog.set_level(logging.DEBUG)
@@ -355,7 +360,7 @@ def test_a_csrf_failure_leaks_no_token(
     assert approval.token not in caplog.text
 
 
-def test_other_methods_are_not_allowed(client: Client, approval: engine.ApprovalRequest) -> None:
+def test_other_methods_are_not_allowed(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     open_link(client, approval.token)
     response = client.put(ANSWER_URL)
     assert response.status_code == 405
@@ -365,7 +370,7 @@ def test_other_methods_are_not_allowed(client: Client, approval: engine.Approval
 
 
 def test_the_token_is_never_logged(
-    alice: Any, client: Client, approval: engine.ApprovalRequest, caplog: pytest.LogCaptureFixture, settings: Any
+    alice: Any, client: Client, approval: django_wakes.ApprovalRequest, caplog: pytest.LogCaptureFixture, settings: Any
 ) -> None:
     caplog.set_level(logging.DEBUG)
     strict = Client(enforce_csrf_checks=True)
