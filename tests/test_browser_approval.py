@@ -23,7 +23,7 @@ from tests.browser import Browser, browser_fixture, chromium_fixture  # noqa: F4
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-KIND = "test.browser"
+KIND = "release.deploy"  # what the screenshots show as the action
 WORKSPACE = "team-alice"  # testproject.wakes.authorize lets a user whose name is in the workspace id answer
 PASSWORD = "correct horse battery staple"
 ANSWER_PATH = "/wakes/approve/answer/"
