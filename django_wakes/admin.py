@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.text import Truncator
@@ -24,7 +24,7 @@ from django.utils.translation import ngettext
 
 from . import clock, engine
 from .models import Receipt, Runner, State, Wake, WakeAttempt
-from .runner import stale_after
+from .querysets import RunnerQuerySet, WakeQuerySet
 
 SUMMARY_CHARS = 80
 
@@ -69,15 +69,16 @@ class AttentionFilter(admin.SimpleListFilter):
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Wake]) -> QuerySet[Wake] | None:
+        wakes = cast(WakeQuerySet, queryset)
         now = clock.now()
         if self.value() == "dead":
-            return queryset.filter(state=State.DEAD)
+            return wakes.filter(state=State.DEAD)
         if self.value() == "overdue":
-            return queryset.filter(state=State.PENDING, due_at__lt=now - timedelta(minutes=1))
+            return wakes.overdue(now)
         if self.value() == "lapsed":
-            return queryset.filter(state=State.FIRING, lease_until__lte=now)
+            return wakes.lapsed(now)
         if self.value() == "failing":
-            return queryset.filter(state=State.PENDING).exclude(last_error="")
+            return wakes.failing()
         return None
 
 
@@ -117,9 +118,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Without an object this is the changelist asking whether actions may run; with one it is
-        # the change form, which must stay inspect-only (no Save buttons, POST refused).
-        return obj is None and super().has_change_permission(request)
+        return False  # inspect-only: no Save buttons, POST refused; operator actions ask "operate"
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -200,11 +199,11 @@ class WakeAdmin(ReadOnlyAdmin):
             return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))
         now = clock.now()
         if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
-            return format_html("{} {}", _("due for"), timesince(wake.due_at, now))
+            return _("due for %(span)s") % {"span": timesince(wake.due_at, now)}
         if wake.state in (State.FIRED, State.FIRING, State.EXPIRED) and wake.claimed_at and wake.due_at:
             late = wake.claimed_at - wake.due_at
             if late > timedelta(0):
-                return format_html("{} {}", _("started late by"), _seconds(late))
+                return _("started late by %(span)s") % {"span": _seconds(late)}
         return ""
 
     @admin.display(description=_("intent"))
@@ -219,7 +218,7 @@ class WakeAdmin(ReadOnlyAdmin):
     def last_error_details(self, wake: Wake) -> str:
         return _error_details(wake.last_error)
 
-    @admin.action(description=_("Cancel selected pending wakes"), permissions=["change"])
+    @admin.action(description=_("Cancel selected pending wakes"), permissions=["operate"])
     def cancel_pending(self, request: HttpRequest, queryset: QuerySet[Wake]) -> None:
         done, skipped = self._apply(request, queryset, State.PENDING, engine.cancel, "Cancelled from the admin.")
         if done:
@@ -240,7 +239,7 @@ class WakeAdmin(ReadOnlyAdmin):
                 messages.WARNING,
             )
 
-    @admin.action(description=_("Retry selected dead wakes"), permissions=["change"])
+    @admin.action(description=_("Retry selected dead wakes"), permissions=["operate"])
     def retry_dead(self, request: HttpRequest, queryset: QuerySet[Wake]) -> None:
         done, skipped = self._apply(request, queryset, State.DEAD, engine.requeue, "Requeued from the admin.")
         if done:
@@ -265,6 +264,11 @@ class WakeAdmin(ReadOnlyAdmin):
                 % {"count": skipped},
                 messages.WARNING,
             )
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may run engine transitions here (the ``operate_wake`` permission)."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.operate_wake")
 
     def _apply(
         self, request: HttpRequest, queryset: QuerySet[Wake], state: str, transition: Callable[[int], bool], note: str
@@ -308,16 +312,12 @@ class LivenessFilter(admin.SimpleListFilter):
         return [("live", _("live")), ("stale", _("stale"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Runner]) -> QuerySet[Runner] | None:
-        fresh = Q(heartbeat_at__gte=_stale_cutoff())
+        runners = cast(RunnerQuerySet, queryset)
         if self.value() == "live":
-            return queryset.filter(fresh)
+            return runners.live()
         if self.value() == "stale":
-            return queryset.exclude(fresh)
+            return runners.stale()
         return None
-
-
-def _stale_cutoff() -> datetime:
-    return clock.now() - stale_after()
 
 
 @admin.register(Runner)
@@ -331,11 +331,9 @@ class RunnerAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("liveness"))
     def liveness(self, runner: Runner) -> str:
-        if runner.heartbeat_at >= _stale_cutoff():
+        if runner.is_live:
             return format_html('<span style="color: green">{}</span>', _("live"))
         return format_html(
-            '<span style="color: #b00">{}</span> ({} {})',
-            _("stale"),
-            _("last heartbeat"),
-            timesince(runner.heartbeat_at, clock.now()),
+            '<span style="color: #b00">{}</span>',
+            _("stale (last heartbeat %(span)s ago)") % {"span": timesince(runner.heartbeat_at, clock.now())},
         )

@@ -6,71 +6,25 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from .querysets import WakeQuerySet
+from .querysets import RunnerQuerySet, WakeQuerySet, live_since
+from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, Outcome, State, TriggerType
+
+__all__ = [
+    "KEY_LENGTH",
+    "LIVE_STATES",
+    "TERMINAL_STATES",
+    "CatchUp",
+    "Outcome",
+    "Receipt",
+    "ReceiptState",
+    "Runner",
+    "State",
+    "TriggerType",
+    "Wake",
+    "WakeAttempt",
+]
 
 KEY_LENGTH = 200
-
-
-class TriggerType(models.TextChoices):
-    """WHEN a wake fires."""
-
-    AT = "at", _("at a time")
-    """At ``fire_at`` (a one-shot time, or an occurrence of a cron/interval chain)."""
-    ON_EVENT = "on_event", _("on an event")
-    """When :func:`deliver_event` delivers its ``event_key``."""
-    ON_APPROVAL = "on_approval", _("on an approval")
-    """When a human answers through :func:`resolve` with its one-time token."""
-
-
-class State(models.TextChoices):
-    """Where a wake is in its life. Only ``pending`` and ``firing`` are live."""
-
-    PENDING = "pending", _("pending")
-    """Waiting for its time, its event or its answer (or for its lane, once triggered)."""
-    FIRING = "firing", _("firing")
-    """Claimed by a runner that holds a lease; re-driven by any runner once the lease lapses."""
-    FIRED = "fired", _("fired")
-    """Its sink ran to completion."""
-    EXPIRED = "expired", _("expired")
-    """Its trigger did not come before ``expires_at``; its sink was told so once."""
-    CANCELLED = "cancelled", _("cancelled")
-    """Cancelled while pending; it never fired."""
-    DEAD = "dead", _("dead")
-    """The dead letter: it failed ``max_attempts`` times; ``last_error`` says why."""
-
-
-LIVE_STATES = (State.PENDING, State.FIRING)
-TERMINAL_STATES = (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD)
-
-
-class CatchUp(models.TextChoices):
-    """What a recurring chain does with occurrences missed while no runner was up."""
-
-    REPLAY = "replay", _("replay every missed occurrence")
-    """Fire each missed occurrence in order, one at a time, then return to the grid."""
-    LATEST = "latest", _("fire the latest missed occurrence once")
-    """Fire once for the newest missed slot, reporting how many were skipped, then resume."""
-    SKIP = "skip", _("skip missed occurrences")
-    """Fire none of the missed slots; resume at the next future one."""
-
-
-class Outcome(models.TextChoices):
-    """How one firing attempt ended."""
-
-    FIRED = "fired", _("fired")
-    """The sink returned normally."""
-    EXPIRED = "expired", _("expired")
-    """The sink was given the expiry notice and returned normally."""
-    FAILED = "failed", _("failed")
-    """The sink raised; the wake was rescheduled with backoff, or went dead."""
-    RETRY = "retry", _("retry requested")
-    """The sink returned ``Retry``."""
-    DEFERRED = "deferred", _("deferred")
-    """The sink returned ``Defer``: not counted as an attempt."""
-    STOPPED = "stopped", _("stopped its chain")
-    """The sink returned ``Stop``: fired, and its recurring chain ends."""
-    INTERRUPTED = "interrupted", _("interrupted")
-    """The runner lost its lease mid-fire (crash, kill, stall); another runner took over."""
 
 
 class Wake(models.Model):
@@ -151,6 +105,8 @@ class Wake(models.Model):
     class Meta:
         verbose_name = _("wake")
         verbose_name_plural = _("wakes")
+        # Distinct from "change": wakes are never edited, but an operator may run engine transitions.
+        permissions = [("operate_wake", _("Can cancel, retry and fire wakes (operator actions)"))]
         indexes = [
             # claim_batch(): pending rows whose due_at has come, earliest first.
             models.Index(fields=["state", "due_at", "id"], name="wake_claim_due_idx"),
@@ -255,6 +211,8 @@ class Runner(models.Model):
     started_at = models.DateTimeField(_("started"))
     heartbeat_at = models.DateTimeField(_("last heartbeat"))
 
+    objects = RunnerQuerySet.as_manager()
+
     class Meta:
         verbose_name = _("runner")
         verbose_name_plural = _("runners")
@@ -262,3 +220,8 @@ class Runner(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} on {self.host} (pid {self.pid})"
+
+    @property
+    def is_live(self) -> bool:
+        """Whether its heartbeat is recent enough (the rule of :meth:`RunnerQuerySet.live`)."""
+        return self.heartbeat_at >= live_since()

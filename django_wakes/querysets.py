@@ -6,17 +6,22 @@ This is the one module that knows how a claimable wake is found; ``engine`` comp
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
 
-if TYPE_CHECKING:
-    from .models import Wake  # noqa: F401  (named in the QuerySet["Wake"] annotation)
+from . import clock
+from .conf import wakes_settings
+from .states import TERMINAL_STATES, State
 
-PENDING, FIRING = "pending", "firing"
-TERMINAL = ("fired", "expired", "cancelled", "dead")
+if TYPE_CHECKING:
+    from .models import Runner, Wake  # noqa: F401  (named in the QuerySet[...] annotations)
+
+PENDING, FIRING = State.PENDING, State.FIRING
+#: A pending wake due longer ago than this is "overdue" to an operator (no runner is keeping up).
+OVERDUE_AFTER = timedelta(minutes=1)
 
 
 class WakeQuerySet(models.QuerySet["Wake"]):
@@ -71,5 +76,37 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         waiting = Q(state=PENDING, due_at__lte=now) | Q(state=FIRING, lease_until__lte=now)
         return self.filter(waiting).exclude(kind__in=list(kinds))
 
+    def overdue(self, now: datetime) -> WakeQuerySet:
+        """Pending wakes due for over :data:`OVERDUE_AFTER`: nobody is firing them in time."""
+        return self.filter(state=PENDING, due_at__lt=now - OVERDUE_AFTER)
+
+    def failing(self) -> WakeQuerySet:
+        """Pending wakes whose last attempt failed (they wait for their retry)."""
+        return self.filter(state=PENDING).exclude(last_error="")
+
     def terminal_before(self, cutoff: datetime) -> WakeQuerySet:
-        return self.filter(state__in=TERMINAL, updated_at__lt=cutoff)
+        return self.filter(state__in=TERMINAL_STATES, updated_at__lt=cutoff)
+
+
+def stale_after(lease: timedelta | None = None) -> timedelta:
+    """How old a runner's heartbeat may be before the runner is presumed dead.
+
+    Three heartbeat periods (a heartbeat comes every lease/3, at most every 10 s), at least 5 s.
+    """
+    lease = lease or wakes_settings.lease
+    return timedelta(seconds=max(3 * min(lease.total_seconds() / 3, 10.0), 5.0))
+
+
+def live_since(now: datetime | None = None) -> datetime:
+    """The oldest heartbeat that still counts as alive: the one liveness rule for runner rows."""
+    return (now or clock.now()) - stale_after()
+
+
+class RunnerQuerySet(models.QuerySet["Runner"]):
+    """Runner rows by liveness; the admin and ``wakes status`` both ask here."""
+
+    def live(self, now: datetime | None = None) -> RunnerQuerySet:
+        return self.filter(heartbeat_at__gte=live_since(now))
+
+    def stale(self, now: datetime | None = None) -> RunnerQuerySet:
+        return self.filter(heartbeat_at__lt=live_since(now))

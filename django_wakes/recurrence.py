@@ -2,15 +2,17 @@
 
 A chain is a sequence of occurrences, each its own :class:`~django_wakes.models.Wake` row linked by
 ``chain_id``. Only one occurrence of a chain is live at a time: the engine fires it like any other
-``at`` wake and, inside the very transaction that settles it, calls :func:`book_next` to insert the
-next one. A crash therefore loses both or neither; if both, the row that was firing is still
-``firing`` and is re-driven when its lease lapses.
+``at`` wake and, inside the very transaction that settles it, books the next one. A crash therefore
+loses both or neither; if both, the row that was firing is still ``firing`` and is re-driven when
+its lease lapses.
 
-The engine calls exactly three functions here:
+This module decides; the engine writes. The engine asks four questions here:
 
 * :func:`plan_chain` — validate a new chain and compute its first occurrence (at create time);
-* :func:`claim_extras` — decide what an occurrence's firing stands for (at claim time);
-* :func:`book_next` — insert the next occurrence (at settle time).
+* :func:`plan_catch_up` — decide what an occurrence's firing stands for, or that it is skipped
+  (at claim time);
+* :func:`next_slot` and :func:`occurrence_fields` — where the next occurrence goes and what it is
+  (at settle time; the engine inserts it).
 
 Grid arithmetic never reads the wall clock for *where* the next slot is: it always starts from the
 slot the settled occurrence stood for, so late firing never drifts the grid. ``now`` is consulted
@@ -23,7 +25,6 @@ the daylight-saving rule. ``every`` is elapsed time and ignores the zone.
 from __future__ import annotations
 
 import bisect
-import logging
 import math
 import re
 import uuid
@@ -35,17 +36,25 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 from django.conf import settings
-from django.db import IntegrityError, router, transaction
 
-from . import signals
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, InvalidSchedule
-from .models import CatchUp, State, TriggerType, Wake
+from .models import Wake
+from .states import CatchUp, TriggerType
 from .timeutil import to_datetime
 
-logger = logging.getLogger("django_wakes")
-
-__all__ = ["CronGrid", "EveryGrid", "Grid", "book_next", "chain_key", "claim_extras", "grid_for", "plan_chain"]
+__all__ = [
+    "CatchUpPlan",
+    "CronGrid",
+    "EveryGrid",
+    "Grid",
+    "chain_key",
+    "grid_for",
+    "next_slot",
+    "occurrence_fields",
+    "plan_catch_up",
+    "plan_chain",
+]
 
 CRON_MAX_LENGTH = Wake._meta.get_field("cron").max_length
 TZ_MAX_LENGTH = Wake._meta.get_field("tz").max_length
@@ -470,21 +479,33 @@ def _stood_for(wake: Wake) -> datetime:
     return wake.fire_at
 
 
-def claim_extras(wake: Wake, now: datetime) -> dict[str, Any]:
-    """Return what a recurring occurrence's firing adds to ``{"trigger": "at"}``, applying catch-up.
+@dataclass(frozen=True)
+class CatchUpPlan:
+    """What an occurrence's firing stands for, decided at claim time; the engine writes it.
 
-    Always ``{"slot": <ISO-8601 UTC>}``: the slot this firing stands for (shared by every chain on
-    the same schedule, so identical results still group into one claim UPDATE). An occurrence is
-    *missed* when a newer slot of its chain has also come (``now`` has reached the next slot):
+    ``result`` is what the sink is handed (``{"trigger": "at", "slot": ...}``, plus ``"missed"``
+    under ``latest``). With ``skip`` the occurrence must not fire at all: ``result`` is then the
+    marker the engine settles it with (as ``cancelled``) and ``next_slot`` the slot it books instead.
+    """
 
-    * ``replay``: nothing more; the missed slots come one per pass from :func:`book_next`;
+    result: dict[str, Any]
+    skip: bool = False
+    next_slot: datetime | None = None
+
+
+def plan_catch_up(wake: Wake, now: datetime) -> CatchUpPlan:
+    """Decide what a recurring occurrence's firing stands for at ``now``, applying its catch-up policy.
+
+    The slot is always in the result (shared by every chain on the same schedule, so identical
+    results still group into one claim UPDATE). An occurrence is *missed* when a newer slot of its
+    chain has also come (``now`` has reached the next slot):
+
+    * ``replay``: nothing more; the missed slots come one per pass as :func:`next_slot` books them;
     * ``latest``: the firing stands for the newest slot at or before ``now`` and reports
       ``"missed": N``, the slots that will now never fire (this row's own and those between);
-      :func:`book_next` continues after that newest slot;
-    * ``skip``: the occurrence must not fire at all. Being inside the claim transaction with the
-      row locked, it is settled here as ``cancelled`` with ``result = {"trigger": "at", "slot":
-      ..., "skipped": True, "missed": N}`` and the next future slot is booked; the engine's
-      conditional claim UPDATE (``state = pending``) then no longer matches it, so no sink runs.
+      :func:`next_slot` continues after that newest slot;
+    * ``skip``: the occurrence must not fire: the plan says so, with ``"skipped": True,
+      "missed": N`` and the next future slot to book.
 
     The work is constant in the number of missed slots except for the exact cron count (see
     :meth:`CronGrid.count`).
@@ -492,30 +513,22 @@ def claim_extras(wake: Wake, now: datetime) -> dict[str, Any]:
     slot = wake.fire_at
     assert slot is not None  # every occurrence row has its slot
     policy = wake.catch_up or CatchUp.REPLAY
-    extras: dict[str, Any] = {"slot": _iso(slot)}
+    stands_for = CatchUpPlan({"trigger": TriggerType.AT.value, "slot": _iso(slot)})
     if policy == CatchUp.REPLAY:
-        return extras
+        return stands_for
     grid = grid_for(wake)
     horizon = now if wake.end_at is None else min(now, wake.end_at)
     newest = grid.latest_at_or_before(horizon)
     if newest is None or newest <= slot:
-        return extras
+        return stands_for
     if policy == CatchUp.LATEST:
-        return {"slot": _iso(newest), "missed": grid.count(slot, newest)}
+        return CatchUpPlan({"trigger": TriggerType.AT.value, "slot": _iso(newest), "missed": grid.count(slot, newest)})
     skipped = grid.count(slot, horizon) + 1  # this row's slot and every later one up to now
-    using = wake._state.db or router.db_for_write(Wake)
+    upcoming = grid.next_after(max(now, slot))
+    if upcoming is not None and wake.end_at is not None and upcoming > wake.end_at:
+        upcoming = None
     marker = {"trigger": TriggerType.AT.value, "slot": _iso(slot), "skipped": True, "missed": skipped}
-    closed = (
-        Wake.objects.using(using)
-        .filter(pk=wake.pk, state=State.PENDING)
-        .update(state=State.CANCELLED, result=marker, due_at=None, coalesce_key=None, settled_at=now, updated_at=now)
-    )
-    if closed:
-        logger.info("wake %s (chain %s): skipped %d missed occurrence(s)", wake.pk, wake.chain_id, skipped)
-        upcoming = grid.next_after(max(now, slot))
-        if upcoming is not None and (wake.end_at is None or upcoming <= wake.end_at):
-            _book(using, wake, upcoming, now, wake.end_at)
-    return marker
+    return CatchUpPlan(marker, skip=True, next_slot=upcoming)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -534,66 +547,46 @@ def chain_key(chain_id: str, slot: datetime) -> str:
     return f"chain:{chain_id}:{(slot - _EPOCH) // _TINY}"
 
 
-def _book(using: str, wake: Wake, slot: datetime, now: datetime, end_at: datetime | None) -> Wake:
-    """Insert the occurrence at ``slot`` (or return the row a previous booking already inserted)."""
-    key = chain_key(wake.chain_id or "", slot)
-    booked = Wake(
-        workspace_id=wake.workspace_id,
-        session_id=wake.session_id,
-        trigger_type=TriggerType.AT,
-        kind=wake.kind,
-        serial_key=wake.serial_key,
-        intent=wake.intent,
-        max_attempts=wake.max_attempts,
-        cron=wake.cron,
-        every=wake.every,
-        tz=wake.tz,
-        catch_up=wake.catch_up,
-        start_at=wake.start_at,
-        end_at=end_at,
-        chain_id=wake.chain_id,
-        occurrence=wake.occurrence + 1,
-        fire_at=slot,
-        due_at=slot,
-        idempotency_key=key,
-        created_at=now,
-        updated_at=now,
-    )
-    try:
-        with transaction.atomic(using=using):
-            booked.save(using=using, force_insert=True)
-    except IntegrityError:
-        existing = Wake.objects.using(using).filter(workspace_id=wake.workspace_id, idempotency_key=key).first()
-        if existing is None:
-            raise
-        return existing
-    transaction.on_commit(lambda: signals.wake_created.send(sender=Wake, wake=booked), using=using)
-    return booked
+def occurrence_fields(wake: Wake, slot: datetime, end_at: datetime | None) -> dict[str, Any]:
+    """The fields of the occurrence of ``wake``'s chain at ``slot``, keyed by :func:`chain_key`."""
+    return {
+        "workspace_id": wake.workspace_id,
+        "session_id": wake.session_id,
+        "trigger_type": TriggerType.AT,
+        "kind": wake.kind,
+        "serial_key": wake.serial_key,
+        "intent": wake.intent,
+        "max_attempts": wake.max_attempts,
+        "cron": wake.cron,
+        "every": wake.every,
+        "tz": wake.tz,
+        "catch_up": wake.catch_up,
+        "start_at": wake.start_at,
+        "end_at": end_at,
+        "chain_id": wake.chain_id,
+        "occurrence": wake.occurrence + 1,
+        "fire_at": slot,
+        "due_at": slot,
+        "idempotency_key": chain_key(wake.chain_id or "", slot),
+    }
 
 
-def book_next(using: str, wake: Wake, now: datetime) -> Wake | None:
-    """Insert the chain's next occurrence after ``wake`` settled; return it (``None``: chain over).
+def next_slot(wake: Wake, now: datetime, end_at: datetime | None) -> datetime | None:
+    """The slot of a chain's next occurrence after ``wake`` settled (``None``: the chain is over).
 
-    Called by the engine inside the settle transaction (fired, dead, or expired notice — not after
-    ``Stop()``), so the settle and the booking commit together. The next slot is computed from the
-    slot the firing stood for, never from the wall clock (no drift):
+    Computed from the slot the firing stood for, never from the wall clock (no drift):
 
     * ``replay`` / ``latest``: the first slot after it, even if already past (``replay`` then fires
       each missed slot in order, one per pass; ``latest`` folds them at that claim);
     * ``skip``: the first slot strictly after ``now``.
 
-    No occurrence is booked after ``end_at`` (re-read here: :func:`~django_wakes.cancel` on a firing
-    occurrence closes the chain by setting ``end_at = fire_at``). The insert carries the idempotency
-    key :func:`chain_key`, so calling this twice for one settle books one row.
+    Nothing after ``end_at``.
     """
     if not wake.is_recurring:
         return None
-    row = Wake.objects.using(using).filter(pk=wake.pk).values("end_at").first()
-    end_at = row["end_at"] if row is not None else wake.end_at
     stood_for = _stood_for(wake)
-    after = max(stood_for, now) if wake.catch_up == CatchUp.SKIP else stood_for
-    upcoming = grid_for(wake).next_after(after)
+    start_after = max(stood_for, now) if wake.catch_up == CatchUp.SKIP else stood_for
+    upcoming = grid_for(wake).next_after(start_after)
     if upcoming is None or (end_at is not None and upcoming > end_at):
-        logger.info("chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk)
         return None
-    return _book(using, wake, upcoming, now, end_at)
+    return upcoming

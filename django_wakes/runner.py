@@ -13,7 +13,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import threading
 import time
 from datetime import datetime, timedelta
@@ -23,9 +22,8 @@ from django.db import connections
 
 from . import clock, engine, push
 from .conf import wakes_settings
-from .engine import Claim, RunReport
-from .models import Runner as RunnerRow
-from .models import State, Wake
+from .engine import Claim, RunReport, runners
+from .states import Disposition
 
 logger = logging.getLogger("django_wakes")
 
@@ -77,8 +75,7 @@ class Sweeper:
         self._next_gc = time.monotonic() + first_gc
         # When the sleeping loop means to wake up; None while a pass runs (then every nudge counts).
         self._planned: datetime | None = None
-        self.fired = 0
-        self.failed = 0
+        self.totals = RunReport()
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -121,52 +118,34 @@ class Sweeper:
     # -- one pass --------------------------------------------------------------------------------
 
     def run_once(self) -> RunReport:
-        """Claim one batch and fire it here, one wake after another; used by ``--once`` and the demo.
+        """Claim one batch and fire it here with the engine's pass loop; used by ``--once`` and the demo.
 
-        Sinks that return normally are settled together, in one transaction per ``settle_window``
-        seconds (and at the end of the batch): one commit for many wakes. Until then they stay in
-        hand, leases renewed by the heartbeat; a crash before the flush re-drives them (at-least-once).
-        Failures, retries and defers are written down at once.
+        Claims still unstarted when a stop is requested are handed back, uncharged.
         """
         drop_broken_connections()
-        report = RunReport()
         claims = self._claim(self.batch)
-        report.claimed = len(claims)
-        unsettled: list[engine.Succeeded] = []
-        window_ends = 0.0
-        for claim in claims:
-            if self.stopping.is_set():
-                self._release(claim)
-                continue
-            ran = engine.run_sink(claim)
-            if isinstance(ran, engine.Succeeded):
-                if not unsettled:
-                    window_ends = time.monotonic() + self.settle_window
-                unsettled.append(ran)
-            else:
-                self._settled(claim, ran, report)
-            if unsettled and time.monotonic() >= window_ends:
-                self._flush(unsettled, report)
-                unsettled = []
-        self._flush(unsettled, report)
+        report = engine.fire_claims(
+            claims, settle_window=self.settle_window, should_stop=self.stopping.is_set, on_settled=self._settled
+        )
         if len(claims) < self.batch:
             engine.observe_unwakeable()
         report.next_at = engine.next_due_at()
         return report
 
-    def _flush(self, unsettled: list[engine.Succeeded], report: RunReport) -> None:
-        for done, outcome in zip(unsettled, engine.settle_successes(unsettled), strict=True):
-            self._settled(done.claim, outcome, report)
-
-    def _settled(self, claim: Claim, outcome: engine.FireOutcome, report: RunReport | None = None) -> None:
+    def _settled(self, claim: Claim, outcome: engine.FireOutcome) -> None:
+        """Drop a settled claim from the leases the heartbeat renews, and count it."""
         with self._in_hand_lock:
             self._in_hand.pop(claim.wake.pk, None)
-            if outcome.outcome in ("fired", "expired", "stopped"):
-                self.fired += 1
-            elif outcome.outcome in ("failed", "retry", "dead"):
-                self.failed += 1
-        if report is not None:
-            report.add(claim.wake.pk, outcome)
+            self.totals.add(claim.wake.pk, outcome)
+            self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
+
+    @property
+    def fired(self) -> int:
+        return self.totals.fired + self.totals.expired
+
+    @property
+    def failed(self) -> int:
+        return self.totals.failed
 
     def _claim(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
@@ -191,8 +170,7 @@ class Sweeper:
 
     def _release(self, claim: Claim) -> None:
         engine.release(claim)
-        with self._in_hand_lock:
-            self._in_hand.pop(claim.wake.pk, None)
+        self._settled(claim, engine.FireOutcome(Disposition.RELEASED, settled=True))
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -329,40 +307,20 @@ class Sweeper:
 
     def heartbeat(self) -> int:
         """Renew the leases of the wakes in hand and this runner's row; return leases renewed."""
-        now = clock.now()
         with self._in_hand_lock:
-            tokens: dict[str, list[int]] = {}
-            for claim in self._in_hand.values():
-                tokens.setdefault(claim.token, []).append(claim.wake.pk)
-        renewed = 0
-        manager = Wake.objects.using(engine.db_alias())
-        for token, ids in tokens.items():
-            renewed += manager.filter(pk__in=ids, state=State.FIRING, claim_token=token).update(
-                lease_until=now + self.lease
-            )
-        rows = RunnerRow.objects.using(engine.db_alias())
-        rows.filter(pk=self.runner_id).update(heartbeat_at=now)
-        rows.filter(heartbeat_at__lt=now - stale_after(self.lease) * 10).delete()  # long-dead runners age out
+            in_hand = list(self._in_hand.values())
+        renewed = engine.renew_leases(in_hand, self.lease)
+        runners.beat(self.runner_id, self.lease)
         return renewed
 
     def _register(self) -> None:
-        now = clock.now()
-        RunnerRow.objects.using(engine.db_alias()).update_or_create(
-            pk=self.runner_id,
-            defaults={"host": socket.gethostname(), "pid": os.getpid(), "started_at": now, "heartbeat_at": now},
-        )
+        runners.register(self.runner_id)
 
     def _deregister(self) -> None:
         try:
-            RunnerRow.objects.using(engine.db_alias()).filter(pk=self.runner_id).delete()
+            runners.deregister(self.runner_id)
         except Exception:  # the row ages out by itself
             logger.debug("could not deregister runner %s", self.runner_id, exc_info=True)
-
-
-def stale_after(lease: timedelta | None = None) -> timedelta:
-    """A runner whose heartbeat is older than this is presumed dead."""
-    lease = lease or wakes_settings.lease
-    return timedelta(seconds=max(3 * min(lease.total_seconds() / 3, 10.0), 5.0))
 
 
 def drop_broken_connections() -> None:

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import django_wakes
-from django_wakes import recurrence
+from django_wakes import engine, recurrence
 from django_wakes.exceptions import InvalidSchedule, InvalidTime, NotRegistered
 from django_wakes.models import State, Wake, WakeAttempt
 from django_wakes.recurrence import CronGrid, EveryGrid
@@ -509,7 +509,7 @@ def test_settle_and_booking_commit_together(
     def crash(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("process died between settle and booking")
 
-    monkeypatch.setattr(recurrence, "_book", crash)
+    monkeypatch.setattr(recurrence, "occurrence_fields", crash)
     clock.set(first.fire_at)
     with pytest.raises(RuntimeError):
         django_wakes.run_due()
@@ -528,9 +528,8 @@ def test_settle_and_booking_commit_together(
 def test_a_replayed_book_next_does_not_double_book(clock: FakeClock, sink: Callable[..., Recorder]) -> None:
     sink()
     first = recurring(cron="*/5 * * * *")
-    using = Wake.objects.db
-    one = recurrence.book_next(using, first, T0)
-    two = recurrence.book_next(using, first, T0)
+    one = engine.book_next(first, T0)
+    two = engine.book_next(first, T0)
     assert one is not None and two is not None and one.pk == two.pk
     assert Wake.objects.filter(chain_id=first.chain_id).count() == 2
     assert one.fire_at == T0 + timedelta(minutes=10) and one.occurrence == 1
@@ -540,7 +539,7 @@ def test_a_replayed_book_next_does_not_double_book(clock: FakeClock, sink: Calla
 def test_book_next_is_a_no_op_for_one_shot_wakes(clock: FakeClock, sink: Callable[..., Recorder]) -> None:
     sink()
     once = django_wakes.schedule(workspace_id="ws", kind=KIND, delay="5m")
-    assert recurrence.book_next(Wake.objects.db, once, T0) is None
+    assert engine.book_next(once, T0) is None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from django_wakes.conf import wakes_settings
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.models import Runner, State, Wake
-from django_wakes.runner import stale_after
 
 
 def status_snapshot() -> dict[str, Any]:
@@ -27,7 +26,7 @@ def status_snapshot() -> dict[str, Any]:
     due = wakes.due(now)
     oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
     next_due = wakes.pending().filter(due_at__gt=now).aggregate(m=Min("due_at"))["m"]
-    live = Runner.objects.using(engine.db_alias()).filter(heartbeat_at__gte=now - stale_after())
+    live = Runner.objects.using(engine.db_alias()).live(now)
     return {
         "now": now.isoformat(),
         "states": counts,

@@ -1,0 +1,66 @@
+"""The state machine, one module per stage of a wake's flow, and the only code that writes a wake.
+
+* :mod:`.create` — ``schedule``, ``watch``, ``request_approval``; booking a chain's next occurrence;
+* :mod:`.triggers` — ``deliver_event``, ``open_approval``/``resolve``, ``cancel``, ``requeue``;
+* :mod:`.claim` — claim due wakes and lapsed leases, renew leases;
+* :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
+* :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
+* :mod:`.runners` — the runner registry rows.
+
+Every exit from ``pending`` is a conditional UPDATE whose row count picks the single winner.
+Modules outside this package read wakes freely but change them only through these functions.
+"""
+
+from __future__ import annotations
+
+from .claim import Claim, claim_batch, renew_leases, take_over_lapsed
+from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, watch
+from .passes import (
+    RunReport,
+    fire_claims,
+    gc,
+    next_due_at,
+    observe_unwakeable,
+    recover,
+    run_due,
+    unwakeable_log,
+)
+from .settle import FireOutcome, Succeeded, fire, release, run_sink, settle_successes
+from .shared import db_alias, default_runner_id, hash_token
+from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
+
+__all__ = [
+    "ApprovalRequest",
+    "Claim",
+    "FireOutcome",
+    "RunReport",
+    "Succeeded",
+    "book_next",
+    "cancel",
+    "claim_batch",
+    "create_wake",
+    "db_alias",
+    "default_runner_id",
+    "deliver_event",
+    "fire",
+    "fire_claims",
+    "gc",
+    "hash_token",
+    "next_due_at",
+    "observe_unwakeable",
+    "open_approval",
+    "recover",
+    "release",
+    "renew_leases",
+    "request_approval",
+    "requeue",
+    "resolve",
+    "resolve_hashed",
+    "run_due",
+    "run_sink",
+    "schedule",
+    "settle_successes",
+    "take_over_lapsed",
+    "unwakeable_log",
+    "watch",
+]

@@ -1,0 +1,297 @@
+"""Creating wakes: ``schedule``, ``watch``, ``request_approval``, and booking a chain's next occurrence.
+
+Every insert of a wake goes through :func:`create_wake`, whose dedup paths (idempotency key,
+coalescing slot, a chain's slot key) all end at a unique index: concurrent creators cannot both win.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from .. import clock, recurrence, signals
+from ..conf import wakes_settings
+from ..durations import Duration, parse_duration
+from ..exceptions import InvalidWake, UnknownKind
+from ..models import State, TriggerType, Wake
+from ..sinks import SESSION_TURN, registry
+from ..timeutil import to_datetime
+from ..validation import json_value, key, positive_int
+from .shared import after, db_alias, earliest, hash_token, logger
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What :func:`request_approval` returns: the wake and the one-time token (shown only here)."""
+
+    wake: Wake
+    token: str
+
+
+def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> datetime | None:
+    """``expires_at`` beats ``expires_in``; an expiry in the past is refused."""
+    if expires_at is not None:
+        moment = to_datetime(expires_at, name="expires_at")
+    elif expires_in is not None:
+        moment = after(now, parse_duration(expires_in, name="expires_in", allow_zero=False), name="expires_in")
+    else:
+        return None
+    if moment <= now:
+        raise InvalidWake(f"expires_at {moment.isoformat()} is not in the future")
+    return moment
+
+
+def _check_kind(kind: Any, session_id: str | None) -> str:
+    if not isinstance(kind, str) or not kind:
+        raise InvalidWake("kind must be a non-empty string")
+    if len(kind) > Wake._meta.get_field("kind").max_length:
+        raise InvalidWake(f"kind is longer than {Wake._meta.get_field('kind').max_length} characters")
+    if registry.get(kind) is None:
+        hint = " (set WAKES['SPAWN_TURN'] to enable it)" if kind == SESSION_TURN else ""
+        raise UnknownKind(f"no sink is registered for kind {kind!r}{hint}")
+    if kind == SESSION_TURN and session_id is None:
+        raise InvalidWake("kind 'session_turn' needs a session_id to hand the turn to")
+    return kind
+
+
+def _common(
+    *, workspace_id: Any, session_id: Any, kind: Any, serial_key: Any, intent: Any, idempotency_key: Any
+) -> dict[str, Any]:
+    session = key(session_id, name="session_id", required=False)
+    return {
+        "workspace_id": key(workspace_id, name="workspace_id"),
+        "session_id": session,
+        "kind": _check_kind(kind, session),
+        "serial_key": key(serial_key, name="serial_key", required=False),
+        "intent": json_value(intent, name="intent"),
+        "idempotency_key": key(idempotency_key, name="idempotency_key", required=False),
+    }
+
+
+def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
+    """Insert a wake built from validated ``fields``; idempotent and coalescing creates return the holder.
+
+    Both dedup paths end at a unique index, so concurrent creators cannot both win: the loser's
+    INSERT fails inside a savepoint and it reads the winner's row instead.
+    """
+    now = clock.now()
+    using = db_alias()
+    workspace, idem = fields["workspace_id"], fields.get("idempotency_key")
+    slot = f"{fields['kind']}|{fields['serial_key']}" if coalesce else None
+    if coalesce and fields.get("serial_key") is None:
+        raise InvalidWake("coalesce=True needs a serial_key (the lane to coalesce on)")
+    manager = Wake.objects.db_manager(using)
+    for _ in range(5):
+        with transaction.atomic(using=using):
+            if idem is not None:
+                existing = manager.filter(workspace_id=workspace, idempotency_key=idem).first()
+                if existing is not None:
+                    return existing
+            if slot is not None:
+                holder = (
+                    manager.pending()
+                    .filter(kind=fields["kind"], serial_key=fields["serial_key"])
+                    .order_by("due_at", "id")
+                    .first()
+                )
+                if holder is not None:
+                    return holder
+            wake = Wake(
+                **{"max_attempts": wakes_settings.max_attempts, **fields},
+                coalesce_key=slot,
+                created_at=now,
+                updated_at=now,
+            )
+            try:
+                with transaction.atomic(using=using):
+                    wake.save(using=using, force_insert=True)
+            except IntegrityError:
+                if idem is not None:
+                    existing = manager.filter(workspace_id=workspace, idempotency_key=idem).first()
+                    if existing is not None:
+                        return existing
+                if slot is not None:
+                    existing = manager.filter(coalesce_key=slot).first()
+                    if existing is not None:
+                        return existing
+                continue  # the holder left pending between our INSERT and our read: try again
+            transaction.on_commit(lambda w=wake: signals.wake_created.send(sender=Wake, wake=w), using=using)
+            return wake
+    raise InvalidWake("could not create the wake: its idempotency/coalesce slot kept changing hands")
+
+
+def schedule(
+    *,
+    workspace_id: str,
+    session_id: str | None = None,
+    delay: Duration | None = None,
+    at: datetime | int | float | None = None,
+    cron: str | None = None,
+    every: Duration | None = None,
+    tz: str | None = None,
+    start_at: datetime | int | float | None = None,
+    end_at: datetime | int | float | None = None,
+    catch_up: str = "replay",
+    kind: str = SESSION_TURN,
+    serial_key: str | None = None,
+    intent: Any = None,
+    idempotency_key: str | None = None,
+    coalesce: bool = False,
+    expires_in: Duration | None = None,
+    expires_at: datetime | int | float | None = None,
+    max_attempts: int | None = None,
+) -> Wake:
+    """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``."""
+    given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
+    if len(given) != 1:
+        raise InvalidWake(f"pass exactly one of delay, at, cron, every (got {', '.join(given) if given else 'none'})")
+    now = clock.now()
+    fields = _common(
+        workspace_id=workspace_id,
+        session_id=session_id,
+        kind=kind,
+        serial_key=serial_key,
+        intent=intent,
+        idempotency_key=idempotency_key,
+    )
+    if max_attempts is not None:
+        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    if cron is not None or every is not None:
+        fields.update(
+            recurrence.plan_chain(
+                now=now, cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, catch_up=catch_up
+            )
+        )
+    else:
+        if tz is not None or start_at is not None or end_at is not None or catch_up != "replay":
+            raise InvalidWake("tz, start_at, end_at and catch_up apply only to cron or every")
+        if delay is not None:
+            fields["fire_at"] = after(now, parse_duration(delay, name="delay"), name="delay")
+        else:
+            fields["fire_at"] = to_datetime(at, name="at")
+    expiry = _expiry(now, expires_in, expires_at)
+    fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))
+    return create_wake(fields, coalesce=coalesce)
+
+
+def watch(
+    *,
+    workspace_id: str,
+    event_key: str,
+    session_id: str | None = None,
+    expires_in: Duration | None = None,
+    expires_at: datetime | int | float | None = None,
+    kind: str = SESSION_TURN,
+    serial_key: str | None = None,
+    intent: Any = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+) -> Wake:
+    """Create a wake that fires when :func:`deliver_event` delivers ``event_key`` in this workspace."""
+    now = clock.now()
+    fields = _common(
+        workspace_id=workspace_id,
+        session_id=session_id,
+        kind=kind,
+        serial_key=serial_key,
+        intent=intent,
+        idempotency_key=idempotency_key,
+    )
+    if max_attempts is not None:
+        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    expiry = _expiry(now, expires_in, expires_at)
+    fields.update(
+        trigger_type=TriggerType.ON_EVENT,
+        event_key=key(event_key, name="event_key"),
+        expires_at=expiry,
+        due_at=expiry,
+    )
+    return create_wake(fields)
+
+
+def request_approval(
+    *,
+    workspace_id: str,
+    prompt: str,
+    expires_in: Duration | None = None,
+    expires_at: datetime | int | float | None = None,
+    session_id: str | None = None,
+    kind: str = SESSION_TURN,
+    serial_key: str | None = None,
+    intent: Any = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+) -> ApprovalRequest:
+    """Create a wake that fires when a human answers; return it with its one-time token.
+
+    Only the token's hash is stored, so the token exists only in this return value. A retried
+    create with the same ``idempotency_key`` returns the existing wake with a fresh token that is
+    then the valid one (the old one cannot be recovered from the hash).
+    """
+    now = clock.now()
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidWake("prompt must be a non-empty string")
+    if expires_in is None and expires_at is None:
+        raise InvalidWake("request_approval needs expires_in or expires_at: an unanswered approval must end")
+    fields = _common(
+        workspace_id=workspace_id,
+        session_id=session_id,
+        kind=kind,
+        serial_key=serial_key,
+        intent=intent,
+        idempotency_key=idempotency_key,
+    )
+    if max_attempts is not None:
+        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    expiry = _expiry(now, expires_in, expires_at)
+    token = secrets.token_urlsafe(32)
+    fields.update(
+        trigger_type=TriggerType.ON_APPROVAL,
+        prompt=prompt,
+        token_hash=hash_token(token),
+        expires_at=expiry,
+        due_at=expiry,
+    )
+    wake = create_wake(fields)
+    if wake.token_hash != fields["token_hash"]:
+        # An idempotent replay: rotate the token on the existing, still-unanswered approval.
+        rotated = (
+            Wake.objects.using(db_alias())
+            .filter(pk=wake.pk, state=State.PENDING, fire_at__isnull=True)
+            .update(token_hash=fields["token_hash"], updated_at=now)
+        )
+        if rotated:
+            wake.token_hash = fields["token_hash"]
+    return ApprovalRequest(wake=wake, token=token)
+
+
+def book_next(wake: Wake, now: datetime) -> Wake | None:
+    """Insert a chain's next occurrence after ``wake`` settled; return it (``None``: the chain is over).
+
+    Called inside the settle transaction (fired, dead, expired notice; not after ``Stop()``), so the
+    settle and the booking commit together. :mod:`~django_wakes.recurrence` decides the slot (from
+    the slot the firing stood for, never the wall clock); ``end_at`` is re-read here because
+    :func:`~django_wakes.cancel` on a firing occurrence closes the chain by setting it.
+    """
+    if not wake.is_recurring:
+        return None
+    row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at").first()
+    end_at = row["end_at"] if row is not None else wake.end_at
+    upcoming = recurrence.next_slot(wake, now, end_at)
+    if upcoming is None:
+        logger.info("chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk)
+        return None
+    return book_occurrence(wake, upcoming, end_at)
+
+
+def book_occurrence(wake: Wake, slot: datetime, end_at: datetime | None) -> Wake:
+    """Insert the occurrence of ``wake``'s chain at ``slot`` (or return the row an earlier booking made).
+
+    The row carries the idempotency key :func:`~django_wakes.recurrence.chain_key`, so booking one
+    slot twice (a replayed settle, two runners) yields one row.
+    """
+    return create_wake(recurrence.occurrence_fields(wake, slot, end_at))

@@ -1,0 +1,191 @@
+"""Passes: claim a batch, fire it, settle it — the one loop behind ``run_due``, ``recover`` and the runner.
+
+:func:`fire_claims` is that loop. Sinks that return normally are settled together, one transaction
+per ``settle_window`` seconds (and at the end of the batch): one commit for many wakes. Until then
+they are still ``firing`` under their lease, so a crash before the flush re-drives them
+(at-least-once). Failures, retries and defers are written down at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Min
+
+from .. import clock
+from ..conf import wakes_settings
+from ..durations import Duration, parse_duration
+from ..models import State, Wake, WakeAttempt
+from ..sinks import registry
+from ..states import Disposition
+from .claim import Claim, claim_batch, take_over_lapsed
+from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
+from .shared import db_alias, default_runner_id, earliest, logger
+
+#: How long sinks that returned normally wait to be settled together (seconds).
+SETTLE_WINDOW = 0.05
+
+#: Which counter of a :class:`RunReport` each disposition adds to (dead also counts as failed).
+_TALLY: dict[Disposition, tuple[str, ...]] = {
+    Disposition.FIRED: ("fired",),
+    Disposition.STOPPED: ("fired",),
+    Disposition.EXPIRED: ("expired",),
+    Disposition.DEFERRED: ("deferred",),
+    Disposition.FAILED: ("failed",),
+    Disposition.RETRY: ("failed",),
+    Disposition.DEAD: ("dead", "failed"),
+    Disposition.FENCED: ("fenced",),
+    Disposition.RELEASED: ("released",),
+    Disposition.UNWAKEABLE: (),
+}
+
+
+@dataclass
+class RunReport:
+    """What one pass (or a runner's whole life) did, and when the next pass is worth running."""
+
+    fired: int = 0
+    failed: int = 0
+    expired: int = 0
+    deferred: int = 0
+    dead: int = 0
+    fenced: int = 0
+    released: int = 0
+    claimed: int = 0
+    next_at: datetime | None = None
+    outcomes: dict[int, str] = field(default_factory=dict)
+
+    def add(self, wake_id: int, result: FireOutcome) -> None:
+        self.outcomes[wake_id] = result.outcome
+        for counter in _TALLY[result.outcome]:
+            setattr(self, counter, getattr(self, counter) + 1)
+
+
+def fire_claims(
+    claims: list[Claim],
+    *,
+    settle_window: float = SETTLE_WINDOW,
+    should_stop: Callable[[], bool] | None = None,
+    on_settled: Callable[[Claim, FireOutcome], None] | None = None,
+) -> RunReport:
+    """Fire ``claims`` here, one after another, settling successes in batches; return the tally.
+
+    ``should_stop`` is asked before each sink starts: once it says yes, the remaining claims are
+    handed back unstarted (no attempt charged). ``on_settled`` hears of every claim as it is settled
+    (the runner drops it from the leases it renews).
+    """
+    report = RunReport(claimed=len(claims))
+
+    def settled(claim: Claim, outcome: FireOutcome) -> None:
+        report.add(claim.wake.pk, outcome)
+        if on_settled is not None:
+            on_settled(claim, outcome)
+
+    unsettled: list[Succeeded] = []
+    window_ends = 0.0
+
+    def flush() -> None:
+        for done, outcome in zip(unsettled, settle_successes(unsettled), strict=True):
+            settled(done.claim, outcome)
+        unsettled.clear()
+
+    for claim in claims:
+        if should_stop is not None and should_stop():
+            release(claim)
+            settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
+            continue
+        ran = run_sink(claim)
+        if isinstance(ran, Succeeded):
+            if not unsettled:
+                window_ends = time.monotonic() + settle_window
+            unsettled.append(ran)
+        else:
+            settled(claim, ran)
+        if unsettled and time.monotonic() >= window_ends:
+            flush()
+    flush()
+    return report
+
+
+class _UnwakeableLog:
+    """Warn once per unwakeable wake, then stay at DEBUG until it wakes or leaves the due set."""
+
+    def __init__(self) -> None:
+        self._warned: set[int] = set()
+
+    def observe(self, rows: list[tuple[int, str]]) -> None:
+        current = set()
+        for wake_id, kind in rows:
+            current.add(wake_id)
+            level = logging.DEBUG if wake_id in self._warned else logging.WARNING
+            logger.log(level, "wake %s is due but no sink is registered for kind=%r; it stays due", wake_id, kind)
+        self._warned = current
+
+    def reset(self) -> None:
+        self._warned = set()
+
+
+unwakeable_log = _UnwakeableLog()
+
+
+def observe_unwakeable(kinds: list[str] | None = None) -> None:
+    """Warn once (then DEBUG) about due wakes no registered sink can fire; they stay due, untouched."""
+    kinds = registry.kinds() if kinds is None else kinds
+    rows = Wake.objects.using(db_alias()).unwakeable(clock.now(), kinds).values_list("id", "kind")[:100]
+    unwakeable_log.observe(list(rows))
+
+
+def next_due_at(kinds: list[str] | None = None) -> datetime | None:
+    """Return the earliest moment a pending wake of a fireable kind, or a lease, comes due."""
+    kinds = registry.kinds() if kinds is None else kinds
+    manager = Wake.objects.db_manager(db_alias())
+    due = manager.pending().of_kinds(kinds).aggregate(m=Min("due_at"))["m"]
+    lease = manager.filter(state=State.FIRING).of_kinds(kinds).aggregate(m=Min("lease_until"))["m"]
+    return earliest(due, lease)
+
+
+def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: list[str] | None = None) -> RunReport:
+    """Run one pass here: claim a batch, fire each wake, settle; one failure never stops the rest."""
+    limit = limit or wakes_settings.batch
+    claims = claim_batch(runner_id=runner_id or default_runner_id(), limit=limit, lanes=lanes)
+    report = fire_claims(claims)
+    kinds = registry.kinds()
+    if len(claims) < limit:
+        observe_unwakeable(kinds)
+    report.next_at = next_due_at(kinds)
+    return report
+
+
+def recover(*, runner_id: str | None = None, lease: timedelta | None = None) -> int:
+    """Re-drive every wake whose lease lapsed (boot-time recovery); return how many were re-driven."""
+    runner_id = runner_id or default_runner_id()
+    total = 0
+    while True:
+        claims = take_over_lapsed(runner_id=runner_id, limit=wakes_settings.batch, lease=lease)
+        fire_claims(claims)
+        total += len(claims)
+        if len(claims) < wakes_settings.batch:
+            return total
+
+
+def gc(*, older_than: Duration = "30d", batch: int = 1000) -> int:
+    """Delete terminal wakes (and their attempts) not updated for ``older_than``; return how many.
+
+    Deletes in bounded batches so a large backlog never holds one long transaction. Note that a
+    deleted wake no longer answers to its idempotency key.
+    """
+    cutoff = clock.now() - parse_duration(older_than, name="older_than")
+    using = db_alias()
+    total = 0
+    while True:
+        ids = list(Wake.objects.using(using).terminal_before(cutoff).values_list("pk", flat=True)[:batch])
+        if not ids:
+            return total
+        with transaction.atomic(using=using):
+            WakeAttempt.objects.using(using).filter(wake_id__in=ids).delete()
+            total += Wake.objects.using(using).filter(pk__in=ids).delete()[1].get(Wake._meta.label, 0)

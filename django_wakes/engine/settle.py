@@ -1,0 +1,306 @@
+"""Firing and settling: run a claimed wake's sink, then write down how it ended under the claim's fence.
+
+Successes are settled in batches (one transaction for many wakes); failures, retries and defers at
+once. Every settle is a conditional UPDATE on ``(id, state=firing, claim_token)``: a runner whose
+lease another runner took over is fenced out, and its outcome is discarded and logged.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import F
+
+from .. import clock, signals
+from ..conf import wakes_settings
+from ..durations import parse_duration
+from ..exceptions import InvalidWake
+from ..models import Outcome, State, Wake, WakeAttempt
+from ..querysets import WakeQuerySet
+from ..sinks import Defer, Retry, Stop, registry
+from ..states import Disposition
+from ..timeutil import to_datetime
+from . import create
+from .shared import after, db_alias, logger, ms, retry_rolled_back
+
+if TYPE_CHECKING:
+    from .claim import Claim
+
+ERROR_MAX_CHARS = 8000
+
+
+@dataclass
+class FireOutcome:
+    """What firing one claim came to, as the pass that fired it tallies it."""
+
+    outcome: Disposition
+    settled: bool  # False when the lease was taken over: the result was discarded (fenced)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """A sink returned normally; the wake is still ``firing`` until :func:`settle_successes` runs."""
+
+    claim: Claim
+    stop: bool
+    finished_at: datetime
+
+    @property
+    def outcome(self) -> str:
+        if self.claim.expired:
+            return Outcome.EXPIRED
+        return Outcome.STOPPED if self.stop else Outcome.FIRED
+
+
+def fire(claim: Claim) -> FireOutcome:
+    """Run the sink for a claimed wake, then settle it under the claim's fence token."""
+    ran = run_sink(claim)
+    return settle_successes([ran])[0] if isinstance(ran, Succeeded) else ran
+
+
+def run_sink(claim: Claim) -> FireOutcome | Succeeded:
+    """Run the sink; settle at once anything but a plain success, which is returned for settling.
+
+    Splitting the two lets a runner settle a batch of successes in one transaction (one commit
+    instead of one per wake) while failures, retries and defers are written down immediately.
+    """
+    wake = claim.wake
+    sink_fn = registry.get(wake.kind)
+    if sink_fn is None:
+        release(claim)
+        return FireOutcome(Disposition.UNWAKEABLE, settled=True)
+    try:
+        returned = sink_fn(wake, dict(claim.result))
+    except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
+        logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
+        error = _format_error(exc)
+        return retry_rolled_back(f"wake {wake.pk}", lambda: _settle_failure(claim, error))
+    if isinstance(returned, Retry | Defer):
+        return retry_rolled_back(f"wake {wake.pk}", lambda: _settle_returned(claim, returned))
+    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())
+
+
+def settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
+    """Settle sinks that returned normally, all in one transaction; return an outcome for each.
+
+    Each row is fenced by its claim token: a wake whose lease another runner took over meanwhile
+    is left to that runner (its outcome here is discarded and reported as ``fenced``).
+    """
+    if not done:
+        return []
+    return retry_rolled_back(f"{len(done)} fired wake(s)", lambda: _settle_successes(done))
+
+
+def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
+    using = db_alias()
+    now = clock.now()
+    rows = Wake.objects.using(using)
+    settled = {
+        "lane_lock": None,
+        "lease_until": None,
+        "claim_token": None,
+        "last_error": "",
+        "settled_at": now,
+        "updated_at": now,
+    }
+    with transaction.atomic(using=using):
+        if len(done) == 1:  # the common single settle: the fenced UPDATE's row count decides
+            (only,) = done
+            won = rows.filter(pk=only.claim.wake.pk, state=State.FIRING, claim_token=only.claim.token).update(
+                state=State.EXPIRED if only.claim.expired else State.FIRED, **settled
+            )
+            winners = done if won else []
+        else:  # a batch: lock the rows still held under their tokens, then one UPDATE per final state
+            locked = set(
+                rows.filter(pk__in=[d.claim.wake.pk for d in done], state=State.FIRING)
+                .select_for_update()
+                .values_list("pk", "claim_token")
+            )
+            winners = [d for d in done if (d.claim.wake.pk, d.claim.token) in locked]
+            for final, expired in ((State.FIRED, False), (State.EXPIRED, True)):
+                ids = [d.claim.wake.pk for d in winners if d.claim.expired is expired]
+                if ids:
+                    rows.filter(pk__in=ids, state=State.FIRING).update(state=final, **settled)
+        WakeAttempt.objects.using(using).bulk_create(
+            [
+                WakeAttempt(
+                    wake_id=d.claim.wake.pk,
+                    number=d.claim.wake.attempts,
+                    runner_id=d.claim.runner_id,
+                    started_at=d.claim.started_at,
+                    finished_at=d.finished_at,
+                    outcome=d.outcome,
+                )
+                for d in winners
+            ]
+        )
+        for d in winners:
+            if d.claim.wake.is_recurring and not d.stop:
+                create.book_next(d.claim.wake, now)
+            transaction.on_commit(
+                partial(signals.wake_fired.send, sender=Wake, wake=d.claim.wake, outcome=d.outcome), using=using
+            )
+    won = {id(d) for d in winners}
+    outcomes = []
+    for d in done:
+        if id(d) not in won:
+            outcomes.append(_fenced_out(d.claim))
+            continue
+        wake = d.claim.wake
+        logger.info(
+            "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
+            wake.pk,
+            wake.kind,
+            wake.serial_key,
+            d.outcome,
+            ms(d.claim.started_at - (wake.due_at or d.claim.started_at)),
+            ms(d.finished_at - d.claim.started_at),
+        )
+        outcomes.append(FireOutcome(Disposition(d.outcome), settled=True))
+    return outcomes
+
+
+def _format_error(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text[-ERROR_MAX_CHARS:]
+
+
+def fenced(using: str, claim: Claim) -> WakeQuerySet:
+    """The wake of ``claim``, only while it is still firing under the claim's token (the fence)."""
+    return Wake.objects.using(using).filter(pk=claim.wake.pk, state=State.FIRING, claim_token=claim.token)
+
+
+def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str = "") -> None:
+    WakeAttempt.objects.using(using).create(
+        wake_id=claim.wake.pk,
+        number=claim.wake.attempts,
+        runner_id=claim.runner_id,
+        started_at=claim.started_at,
+        finished_at=now,
+        outcome=outcome,
+        error=error,
+    )
+
+
+def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
+    try:
+        if isinstance(returned, Retry):
+            at = to_datetime(returned.at, name="Retry.at") if returned.at is not None else None
+            return _settle_failure(claim, returned.reason or "retry requested", retry_at=at, outcome=Outcome.RETRY)
+        if isinstance(returned, Defer):
+            return _settle_defer(claim, returned)
+    except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
+        return _settle_failure(claim, f"the sink returned an invalid {type(returned).__name__}: {exc}")
+    return _settle_successes([Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())])[0]
+
+
+def _settle_failure(
+    claim: Claim, error: str, *, retry_at: datetime | None = None, outcome: str = Outcome.FAILED
+) -> FireOutcome:
+    using = db_alias()
+    now = clock.now()
+    wake = claim.wake
+    with transaction.atomic(using=using):
+        if wake.attempts >= wake.max_attempts:
+            won = fenced(using, claim).update(
+                state=State.DEAD,
+                lane_lock=None,
+                lease_until=None,
+                claim_token=None,
+                last_error=error,
+                settled_at=now,
+                updated_at=now,
+            )
+            if not won:
+                return _fenced_out(claim)
+            _attempt(using, claim, now, outcome, error)
+            if wake.is_recurring:
+                create.book_next(wake, now)
+            transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=using)
+            logger.error("wake %s is dead after %d attempts: %s", wake.pk, wake.attempts, error.splitlines()[-1:])
+            return FireOutcome(Disposition.DEAD, settled=True, error=error)
+        due = retry_at or now + wakes_settings.backoff(wake.attempts)
+        won = fenced(using, claim).update(
+            state=State.PENDING,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            last_error=error,
+            due_at=due,
+            updated_at=now,
+        )
+        if not won:
+            return _fenced_out(claim)
+        _attempt(using, claim, now, outcome, error)
+        transaction.on_commit(
+            lambda: signals.wake_failed.send(sender=Wake, wake=wake, error=error, retry_at=due), using=using
+        )
+    return FireOutcome(Disposition(outcome), settled=True, error=error)
+
+
+def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
+    using = db_alias()
+    now = clock.now()
+    until = defer.until
+    if isinstance(until, str | timedelta):
+        due = after(now, parse_duration(until, name="Defer.until"), name="Defer.until")
+    else:
+        due = to_datetime(until, name="Defer.until")
+    with transaction.atomic(using=using):
+        won = fenced(using, claim).update(
+            state=State.PENDING,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            due_at=due,
+            attempts=F("attempts") - 1,
+            updated_at=now,
+        )
+        if not won:
+            return _fenced_out(claim)
+        _attempt(using, claim, now, Outcome.DEFERRED)
+    return FireOutcome(Disposition.DEFERRED, settled=True)
+
+
+def release(claim: Claim) -> bool:
+    """Hand an unstarted claim back (shutdown, or its sink vanished): pending again, attempt uncounted."""
+    return bool(
+        fenced(db_alias(), claim).update(
+            state=State.PENDING,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            attempts=F("attempts") - 1,
+            updated_at=clock.now(),
+        )
+    )
+
+
+def bury_locked(using: str, wake: Wake, now: datetime, error: str) -> None:
+    """Send a locked firing wake to the dead letter (its lease lapsed on its last attempt).
+
+    Runs in the caller's transaction, which holds the row lock; books a chain's next occurrence.
+    """
+    Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING).update(
+        state=State.DEAD,
+        lane_lock=None,
+        lease_until=None,
+        claim_token=None,
+        last_error=error,
+        settled_at=now,
+        updated_at=now,
+    )
+    if wake.is_recurring:
+        create.book_next(wake, now)
+    transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=using)
+
+
+def _fenced_out(claim: Claim) -> FireOutcome:
+    logger.warning("wake %s: lease was taken over by another runner; this runner's outcome is discarded", claim.wake.pk)
+    return FireOutcome(Disposition.FENCED, settled=False)

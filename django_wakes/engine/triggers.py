@@ -1,0 +1,184 @@
+"""Triggers: what makes a pending wake due, or ends it, from outside a runner.
+
+``deliver_event`` and ``resolve`` move a watcher or an approval to due (saving what the trigger
+delivered, before any sink runs); ``cancel`` ends a pending wake; ``requeue`` gives a dead one fresh
+attempts. Each is one conditional UPDATE whose row count picks the single winner.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, F, Q, When
+
+from .. import clock, signals
+from ..conf import wakes_settings
+from ..exceptions import (
+    ApprovalAlreadyResolved,
+    ApprovalDenied,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    InvalidWake,
+)
+from ..models import State, TriggerType, Wake
+from ..validation import json_value, key
+from .shared import db_alias, hash_token
+
+
+def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None) -> int:
+    """Trigger every unexpired watcher of ``event_key`` in the workspace; return how many accepted.
+
+    One conditional UPDATE: a watcher accepts at most one delivery (``fire_at`` is set by the first),
+    and one whose expiry instant has come refuses it (the boundary is exclusive).
+    """
+    now = clock.now()
+    workspace = key(workspace_id, name="workspace_id")
+    event = key(event_key, name="event_key")
+    result = {"trigger": TriggerType.ON_EVENT.value, "event_key": event, "payload": json_value(payload, name="payload")}
+    using = db_alias()
+    accepted = (
+        Wake.objects.using(using)
+        .filter(workspace_id=workspace, event_key=event, trigger_type=TriggerType.ON_EVENT)
+        .pending()
+        .filter(fire_at__isnull=True)
+        .exclude(expires_at__lte=now)
+        .update(result=result, fire_at=now, due_at=now, updated_at=now)
+    )
+    if accepted:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+    return accepted
+
+
+def _actor_name(actor: Any) -> str:
+    get_username = getattr(actor, "get_username", None)
+    return str(get_username() if callable(get_username) else actor)
+
+
+def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
+    """Why an approval that exists and may be answered by this actor cannot be answered now."""
+    if wake.fire_at is None and (
+        wake.state in (State.EXPIRED, State.FIRING)
+        or (wake.state == State.PENDING and wake.expires_at is not None and wake.expires_at <= now)
+    ):
+        expired = wake.expires_at.isoformat() if wake.expires_at else "?"
+        return ApprovalExpired(f"approval {wake.pk} expired at {expired}")
+    return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled")
+
+
+def open_approval(token_hash: str, actor: Any) -> Wake:
+    """Return the approval ``token_hash`` opens for ``actor`` if it can be answered now, else raise.
+
+    The one place that decides whether an approval may be answered: :func:`resolve_hashed` calls it
+    before its conditional UPDATE, and the approval page calls it before showing the prompt, so the
+    page refuses exactly what an answer would be refused for. Raise :class:`ApprovalNotFound`,
+    :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or no hook is configured: approvals are
+    never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`.
+    """
+    if not isinstance(token_hash, str) or not token_hash:
+        raise ApprovalNotFound("no approval answers to this token")
+    wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
+    if wake is None:
+        raise ApprovalNotFound("no approval answers to this token")
+    authorize = wakes_settings.authorize
+    if authorize is None:
+        raise ApprovalDenied("no WAKES['AUTHORIZE'] hook is configured, so no one may resolve approvals")
+    if not authorize(actor, wake.workspace_id):
+        raise ApprovalDenied(f"{_actor_name(actor)!r} may not resolve approvals in this workspace")
+    now = clock.now()
+    if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
+        return wake
+    raise _approval_refusal(wake, now)
+
+
+def resolve(token: str, answer: Any, actor: Any) -> Wake:
+    """Answer an approval with its one-time token; the first valid answer wins.
+
+    Raise what :func:`open_approval` raises; a racing answer that commits first makes this one
+    :class:`ApprovalAlreadyResolved`.
+    """
+    if not isinstance(token, str) or not token:
+        raise ApprovalNotFound("no approval answers to this token")
+    return resolve_hashed(hash_token(token), answer, actor)
+
+
+def resolve_hashed(token_hash: str, answer: Any, actor: Any) -> Wake:
+    """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
+    answer = json_value(answer, name="answer")
+    wake = open_approval(token_hash, actor)
+    using = db_alias()
+    now = clock.now()
+    result = {"trigger": TriggerType.ON_APPROVAL.value, "answer": answer, "resolved_by": _actor_name(actor)}
+    won = (
+        Wake.objects.using(using)
+        .filter(pk=wake.pk, state=State.PENDING, fire_at__isnull=True, expires_at__gt=now)
+        .update(result=result, fire_at=now, due_at=now, updated_at=now)
+    )
+    wake.refresh_from_db(using=using)
+    if won:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+        return wake
+    raise _approval_refusal(wake, now)
+
+
+def cancel(wake_id: int) -> bool:
+    """Cancel a pending wake; return whether this call cancelled it.
+
+    A firing occurrence of a recurring chain cannot be stopped mid-fire, but cancelling it ends the
+    chain: no further occurrence is scheduled when it settles (and ``True`` is returned).
+    """
+    if isinstance(wake_id, bool) or not isinstance(wake_id, int):
+        raise InvalidWake(f"cancel() takes a wake id (an int), got {type(wake_id).__name__}")
+    now = clock.now()
+    using = db_alias()
+    cancelled = (
+        Wake.objects.using(using)
+        .filter(pk=wake_id, state=State.PENDING)
+        .update(state=State.CANCELLED, coalesce_key=None, due_at=None, updated_at=now, settled_at=now)
+    )
+    if cancelled:
+        return True
+    # A firing recurring occurrence: close its chain so settle books no successor.
+    from django.db.models import Q
+
+    return bool(
+        Wake.objects.using(using)
+        .filter(pk=wake_id, state=State.FIRING)
+        .exclude(cron="", every__isnull=True)
+        .filter(Q(end_at__isnull=True) | Q(end_at__gt=F("fire_at")))
+        .update(end_at=F("fire_at"), updated_at=now)
+    )
+
+
+def requeue(wake_id: int) -> bool:
+    """Give a dead wake a fresh set of attempts, due now; return whether this call requeued it.
+
+    The operator's retry for the dead letter (the admin's "Retry" action). ``last_error`` is kept
+    until the next attempt settles, and so is the result saved at its first claim: the sink sees
+    the same trigger again. A dead occurrence of a recurring chain booked its successor when it
+    died, so its own chain is closed here (as :func:`cancel` does) to book no second successor.
+    """
+    now = clock.now()
+    using = db_alias()
+    recurring = ~Q(cron="") | Q(every__isnull=False)
+    open_chain = Q(end_at__isnull=True) | Q(end_at__gt=F("fire_at"))
+    won = (
+        Wake.objects.using(using)
+        .filter(pk=wake_id, state=State.DEAD)
+        .update(
+            state=State.PENDING,
+            due_at=now,
+            attempts=0,
+            lane_lock=None,
+            lease_until=None,
+            claim_token=None,
+            settled_at=None,
+            updated_at=now,
+            end_at=Case(When(recurring & open_chain, then=F("fire_at")), default=F("end_at")),
+        )
+    )
+    if won:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+    return bool(won)

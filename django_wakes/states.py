@@ -1,0 +1,103 @@
+"""The one state vocabulary: what the models store and what the querysets and the engine test for.
+
+The models, the querysets and the engine all import these; nothing retypes a state name as a string.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class TriggerType(models.TextChoices):
+    """WHEN a wake fires."""
+
+    AT = "at", _("at a time")
+    """At ``fire_at`` (a one-shot time, or an occurrence of a cron/interval chain)."""
+    ON_EVENT = "on_event", _("on an event")
+    """When :func:`deliver_event` delivers its ``event_key``."""
+    ON_APPROVAL = "on_approval", _("on an approval")
+    """When a human answers through :func:`resolve` with its one-time token."""
+
+
+class State(models.TextChoices):
+    """Where a wake is in its life. Only ``pending`` and ``firing`` are live."""
+
+    PENDING = "pending", _("pending")
+    """Waiting for its time, its event or its answer (or for its lane, once triggered)."""
+    FIRING = "firing", _("firing")
+    """Claimed by a runner that holds a lease; re-driven by any runner once the lease lapses."""
+    FIRED = "fired", _("fired")
+    """Its sink ran to completion."""
+    EXPIRED = "expired", _("expired")
+    """Its trigger did not come before ``expires_at``; its sink was told so once."""
+    CANCELLED = "cancelled", _("cancelled")
+    """Cancelled while pending; it never fired."""
+    DEAD = "dead", _("dead")
+    """The dead letter: it failed ``max_attempts`` times; ``last_error`` says why."""
+
+
+LIVE_STATES = (State.PENDING, State.FIRING)
+TERMINAL_STATES = (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD)
+
+
+class CatchUp(models.TextChoices):
+    """What a recurring chain does with occurrences missed while no runner was up."""
+
+    REPLAY = "replay", _("replay every missed occurrence")
+    """Fire each missed occurrence in order, one at a time, then return to the grid."""
+    LATEST = "latest", _("fire the latest missed occurrence once")
+    """Fire once for the newest missed slot, reporting how many were skipped, then resume."""
+    SKIP = "skip", _("skip missed occurrences")
+    """Fire none of the missed slots; resume at the next future one."""
+
+
+class Outcome(models.TextChoices):
+    """How one firing attempt ended."""
+
+    FIRED = "fired", _("fired")
+    """The sink returned normally."""
+    EXPIRED = "expired", _("expired")
+    """The sink was given the expiry notice and returned normally."""
+    FAILED = "failed", _("failed")
+    """The sink raised; the wake was rescheduled with backoff, or went dead."""
+    RETRY = "retry", _("retry requested")
+    """The sink returned ``Retry``."""
+    DEFERRED = "deferred", _("deferred")
+    """The sink returned ``Defer``: not counted as an attempt."""
+    STOPPED = "stopped", _("stopped its chain")
+    """The sink returned ``Stop``: fired, and its recurring chain ends."""
+    INTERRUPTED = "interrupted", _("interrupted")
+    """The runner lost its lease mid-fire (crash, kill, stall); another runner took over."""
+
+
+class Disposition(StrEnum):
+    """What one fire did to its wake, as a pass tallies it: the attempt outcomes and four more.
+
+    Not stored: an attempt row records an :class:`Outcome`; these are what a runner counts.
+    """
+
+    FIRED = Outcome.FIRED.value
+    EXPIRED = Outcome.EXPIRED.value
+    STOPPED = Outcome.STOPPED.value
+    FAILED = Outcome.FAILED.value
+    RETRY = Outcome.RETRY.value
+    DEFERRED = Outcome.DEFERRED.value
+    DEAD = "dead"
+    """The sink failed its last attempt: the wake is in the dead letter."""
+    FENCED = "fenced"
+    """Another runner took the lease over meanwhile: this runner's outcome was discarded."""
+    RELEASED = "released"
+    """Handed back unstarted (shutdown, a lease no longer known to be good): no attempt charged."""
+    UNWAKEABLE = "unwakeable"
+    """No sink was registered for its kind any more: handed back untouched."""
+
+    @property
+    def succeeded(self) -> bool:
+        return self in (Disposition.FIRED, Disposition.EXPIRED, Disposition.STOPPED)
+
+    @property
+    def failed(self) -> bool:
+        return self in (Disposition.FAILED, Disposition.RETRY, Disposition.DEAD)
