@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,postgres]' '$(DJANGO)'
+	$(PY) -m pip install --quiet --upgrade 'pip>=25.1'
+	$(PY) -m pip install --quiet --group dev -e '.[postgres]' '$(DJANGO)'
 	@if command -v mariadb_config >/dev/null 2>&1 || command -v mysql_config >/dev/null 2>&1 || pkg-config --exists mariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
 		$(PY) -m pip install --quiet -e '.[mysql]' '$(DJANGO)' || echo "mysqlclient did not build: MariaDB tests will be skipped"; \
 	else echo "no MariaDB/MySQL client headers (libmariadb-dev): MariaDB tests will be skipped"; fi
@@ -28,8 +28,11 @@ test: $(STAMP)
 	bash scripts/install-browser || [ "$${CI:-}" != "true" ]
 	PYTHON=$(PY) bash scripts/run-tests
 
+## lint: ruff (lint and format), mypy with django-stubs over django_wakes/, and the migration check
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	$(PY) manage.py makemigrations django_wakes --check --dry-run
 
 ## bench: the benchmark (benchmarks/README.md), in its own venv benchmarks/.env with the peers; ~8-15 min.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -25,6 +25,16 @@ from django.utils.translation import ngettext
 from . import clock, engine
 from .models import Receipt, Runner, State, Wake, WakeAttempt
 from .querysets import RunnerQuerySet, WakeQuerySet
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    # django-stubs makes the admin classes generic; at run time they are not subscriptable.
+    ModelAdmin = admin.ModelAdmin[Any]
+    AttemptInline = admin.TabularInline[WakeAttempt, Wake]
+else:
+    ModelAdmin = admin.ModelAdmin
+    AttemptInline = admin.TabularInline
 
 SUMMARY_CHARS = 80
 
@@ -60,7 +70,7 @@ class AttentionFilter(admin.SimpleListFilter):
     title = _("needs attention")
     parameter_name = "attention"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, StrOrPromise]]:
         return [
             ("dead", _("dead letter (failed every attempt)")),
             ("overdue", _("overdue (pending, due over a minute ago)")),
@@ -82,7 +92,7 @@ class AttentionFilter(admin.SimpleListFilter):
         return None
 
 
-class WakeAttemptInline(admin.TabularInline):
+class WakeAttemptInline(AttemptInline):
     model = WakeAttempt
     extra = 0
     can_delete = False
@@ -111,7 +121,7 @@ class WakeAttemptInline(admin.TabularInline):
         return _error_details(attempt.error)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Viewable, never added, edited or deleted here: rows change only through the engine."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -176,7 +186,7 @@ class WakeAdmin(ReadOnlyAdmin):
             },
         ),
     )
-    readonly_fields = tuple(field for _title, options in fieldsets for field in options["fields"])
+    readonly_fields = tuple(str(field) for _title, options in fieldsets for field in options["fields"])
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Wake], search_term: str
@@ -308,7 +318,7 @@ class LivenessFilter(admin.SimpleListFilter):
     title = _("liveness")
     parameter_name = "liveness"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, StrOrPromise]]:
         return [("live", _("live")), ("stale", _("stale"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Runner]) -> QuerySet[Runner] | None:

@@ -1,55 +1,163 @@
-"""System checks: misconfigurations that would otherwise surface as wakes that never fire."""
+"""System checks: every ``WAKES`` setting validated at start-up, one check id per problem.
+
+| id | problem |
+| --- | --- |
+| E001 | a duration setting (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, BACKOFF BASE/MAX) is not a valid duration |
+| E002 | a hook (SPAWN_TURN, AUTHORIZE) is neither a callable nor an importable dotted path |
+| E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES) is not a positive integer |
+| E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
+| E005 | SINKS is not a dict of kind -> callable or importable dotted path |
+| E006 | POLL_INTERVAL is not a positive number of seconds |
+| W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
+| W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
+| W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from django.core.checks import Error, Tags, Warning, register
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, wakes_settings
 from .durations import parse_duration
 from .exceptions import InvalidDuration
 
+#: Duration settings and whether zero is allowed (a zero lease would make every claim lapse at once).
+DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER": True}
+POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES")
+HOOKS = ("SPAWN_TURN", "AUTHORIZE")
+
 
 @register(Tags.compatibility)
-def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    messages: list[Any] = []
-    unknown = _user_keys() - set(DEFAULTS)
-    for name in sorted(unknown):
-        messages.append(Warning(f"WAKES[{name!r}] is not a django-wakes setting", id="django_wakes.W003"))
-    for name in ("LEASE", "ONCE_WAIT", "ONCE_LEASE"):
-        try:
-            parse_duration(wakes_settings.get(name), name=name, allow_zero=name == "ONCE_WAIT")
-        except InvalidDuration as exc:
-            messages.append(Error(str(exc), id="django_wakes.E001"))
-    for name in ("SPAWN_TURN", "AUTHORIZE"):
+def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    return [
+        *_unknown_keys(),
+        *_durations(),
+        *_hooks(),
+        *_counts(),
+        *_backoff(),
+        *_sinks(),
+        *_poll_interval(),
+        *_missing_hooks(),
+    ]
+
+
+def _unknown_keys() -> Iterator[CheckMessage]:
+    user = set(getattr(settings, "WAKES", None) or {})
+    for name in sorted(user - set(DEFAULTS)):
+        yield Warning(f"WAKES[{name!r}] is not a django-wakes setting", id="django_wakes.W003")
+
+
+def _duration_error(value: Any, name: str, *, allow_zero: bool) -> CheckMessage | None:
+    try:
+        parse_duration(value, name=name, allow_zero=allow_zero)
+    except InvalidDuration as exc:
+        return Error(str(exc), id="django_wakes.E001")
+    return None
+
+
+def _durations() -> Iterator[CheckMessage]:
+    for name, allow_zero in DURATIONS.items():
         value = wakes_settings.get(name)
-        if isinstance(value, str):
-            try:
-                import_string(value)
-            except ImportError as exc:
-                messages.append(Error(f"WAKES[{name!r}] cannot be imported: {exc}", id="django_wakes.E002"))
-    if not wakes_settings.get("AUTHORIZE"):
-        messages.append(
-            Warning(
-                "WAKES['AUTHORIZE'] is not set: approvals cannot be resolved by anyone",
-                hint="Point it at a function (actor, workspace_id) -> bool.",
-                id="django_wakes.W001",
+        if name == "GC_AFTER" and value is None:  # gc disabled
+            continue
+        error = _duration_error(value, f"WAKES[{name!r}]", allow_zero=allow_zero)
+        if error is not None:
+            yield error
+
+
+def _importable(value: Any) -> bool:
+    if callable(value):
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        return callable(import_string(value))
+    except ImportError:
+        return False
+
+
+def _hooks() -> Iterator[CheckMessage]:
+    for name in HOOKS:
+        value = wakes_settings.get(name)
+        if value is not None and not _importable(value):
+            yield Error(
+                f"WAKES[{name!r}] cannot be imported as a callable: {value!r}",
+                hint="Give a dotted path to a function, or the function itself.",
+                id="django_wakes.E002",
             )
+
+
+def _counts() -> Iterator[CheckMessage]:
+    for name in POSITIVE_INTS:
+        value = wakes_settings.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            yield Error(f"WAKES[{name!r}] must be a positive integer, got {value!r}", id="django_wakes.E003")
+
+
+def _backoff() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("BACKOFF")
+    if not isinstance(value, dict) or set(value) - {"BASE", "FACTOR", "MAX"}:
+        yield Error(f"WAKES['BACKOFF'] must be a dict with BASE, FACTOR and MAX, got {value!r}", id="django_wakes.E004")
+        return
+    merged = {**DEFAULTS["BACKOFF"], **value}
+    factor = merged["FACTOR"]
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
+        yield Error(f"WAKES['BACKOFF']['FACTOR'] must be a number >= 1, got {factor!r}", id="django_wakes.E004")
+    for part in ("BASE", "MAX"):
+        error = _duration_error(merged[part], f"WAKES['BACKOFF'][{part!r}]", allow_zero=True)
+        if error is not None:
+            yield error
+
+
+def _sinks() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("SINKS")
+    if not isinstance(value, dict):
+        yield Error(
+            f"WAKES['SINKS'] must be a dict of kind -> sink, got {type(value).__name__}", id="django_wakes.E005"
+        )
+        return
+    for kind, target in value.items():
+        if not isinstance(kind, str) or not kind or not _importable(target):
+            yield Error(
+                f"WAKES['SINKS'][{kind!r}] is not a callable or an importable dotted path: {target!r}",
+                id="django_wakes.E005",
+            )
+
+
+def _poll_interval() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("POLL_INTERVAL")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        yield Error(
+            f"WAKES['POLL_INTERVAL'] must be a positive number of seconds, got {value!r}", id="django_wakes.E006"
+        )
+
+
+def _approval_pages_routed() -> bool:
+    """Whether the project's URLconf includes the approval pages (``django_wakes.urls``)."""
+    try:
+        reverse("django_wakes:approve", args=["probe"])
+    except (NoReverseMatch, ImproperlyConfigured, ImportError):
+        return False
+    return True
+
+
+def _missing_hooks() -> Iterator[CheckMessage]:
+    if not wakes_settings.get("AUTHORIZE") and _approval_pages_routed():
+        yield Warning(
+            "WAKES['AUTHORIZE'] is not set: approvals cannot be resolved by anyone",
+            hint="Point it at a function (actor, workspace_id) -> bool.",
+            id="django_wakes.W001",
         )
     if not wakes_settings.get("SPAWN_TURN"):
-        messages.append(
-            Warning(
-                "WAKES['SPAWN_TURN'] is not set: wakes of kind 'session_turn' (the default) cannot be created",
-                hint="Point it at a function (session_id, result), or always pass kind= for your own sinks.",
-                id="django_wakes.W002",
-            )
+        yield Warning(
+            "WAKES['SPAWN_TURN'] is not set: wakes of kind 'session_turn' (the default) cannot be created",
+            hint="Point it at a function (session_id, result), or always pass kind= for your own sinks.",
+            id="django_wakes.W002",
         )
-    return messages
-
-
-def _user_keys() -> set[str]:
-    from django.conf import settings
-
-    return set(getattr(settings, "WAKES", None) or {})

@@ -47,8 +47,9 @@ DEFAULTS: dict[str, Any] = {
 
 def _hook(value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
-        return value
-    return import_string(value)
+        return value  # type: ignore[no-any-return]  # a settings value: None or a callable
+    hook: Callable[..., Any] = import_string(value)
+    return hook
 
 
 class WakesSettings:

@@ -23,7 +23,7 @@ def parse_duration(value: Duration, *, name: str = "duration", allow_zero: bool 
     :class:`InvalidDuration`, naming the argument, because a silently misread delay is a wake that
     fires at the wrong time.
     """
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # type: ignore[unreachable]  # a bool is an int: refuse True/False
         raise InvalidDuration(f"{name}: expected a duration string or timedelta, got {value!r}")
     if isinstance(value, timedelta):
         delta = value

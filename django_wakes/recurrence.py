@@ -56,8 +56,8 @@ __all__ = [
     "plan_chain",
 ]
 
-CRON_MAX_LENGTH = Wake._meta.get_field("cron").max_length
-TZ_MAX_LENGTH = Wake._meta.get_field("tz").max_length
+CRON_MAX_LENGTH: int = Wake._meta.get_field("cron").max_length or 120
+TZ_MAX_LENGTH: int = Wake._meta.get_field("tz").max_length or 64
 _ONE_SECOND = timedelta(seconds=1)
 _TINY = timedelta(microseconds=1)
 #: How far apart offset samples are when looking for DST transitions while counting missed slots.
@@ -309,8 +309,8 @@ class CronGrid:
 
     def _count_enumerated(self, after: datetime, until: datetime) -> int:
         count, moment = 0, after
-        while (moment := self.next_after(moment)) is not None and moment <= until:
-            count += 1
+        while (upcoming := self.next_after(moment)) is not None and upcoming <= until:
+            count, moment = count + 1, upcoming
         return count
 
     def _count_steady(self, after: datetime, until: datetime) -> int:

@@ -81,3 +81,59 @@ def test_checks_are_registered_with_django(settings, capsys):
     assert "django_wakes.W001" in ids(messages)
     call_command("check")  # warnings do not fail the check command
     assert "django_wakes.W001" in capsys.readouterr().err
+
+
+def test_no_approval_pages_routed_means_no_authorize_warning(settings):
+    """A host that uses no approvals (no django_wakes.urls included) is not nagged about AUTHORIZE."""
+    settings.ROOT_URLCONF = "tests.urls_without_wakes"
+    settings.WAKES = {**settings.WAKES, "AUTHORIZE": None}
+    assert check_wakes_settings() == []
+
+
+@pytest.mark.parametrize("name", ["MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES"])
+@pytest.mark.parametrize("value", [0, -1, "5", 2.5, True])
+def test_a_count_that_is_not_a_positive_integer_is_an_error(settings, name, value):
+    settings.WAKES = {**settings.WAKES, name: value}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.E003"] and name in messages[0].msg
+
+
+def test_bad_gc_after_is_an_error_and_none_disables_gc(settings):
+    settings.WAKES = {**settings.WAKES, "GC_AFTER": "a month"}
+    assert ids(check_wakes_settings()) == ["django_wakes.E001"]
+    settings.WAKES = {**settings.WAKES, "GC_AFTER": None}
+    assert check_wakes_settings() == []
+
+
+@pytest.mark.parametrize(
+    "backoff",
+    ["10s", {"BASE": "10s", "JITTER": 1}, {"FACTOR": 0.5}, {"FACTOR": "2"}],
+)
+def test_a_malformed_backoff_is_an_error(settings, backoff):
+    settings.WAKES = {**settings.WAKES, "BACKOFF": backoff}
+    assert ids(check_wakes_settings()) == ["django_wakes.E004"]
+
+
+def test_a_backoff_with_a_bad_duration_is_a_duration_error(settings):
+    settings.WAKES = {**settings.WAKES, "BACKOFF": {"BASE": "soon"}}
+    assert ids(check_wakes_settings()) == ["django_wakes.E001"]
+
+
+@pytest.mark.parametrize(
+    "sinks",
+    [["a.b"], {"": "testproject.wakes.authorize"}, {"kind": "testproject.nowhere.sink"}, {"kind": 3}],
+)
+def test_bad_sinks_setting_is_an_error(settings, sinks):
+    settings.WAKES = {**settings.WAKES, "SINKS": sinks}
+    assert ids(check_wakes_settings()) == ["django_wakes.E005"]
+
+
+@pytest.mark.parametrize("value", [0, -1, "1", None])
+def test_bad_poll_interval_is_an_error(settings, value):
+    settings.WAKES = {**settings.WAKES, "POLL_INTERVAL": value}
+    assert ids(check_wakes_settings()) == ["django_wakes.E006"]
+
+
+def test_a_hook_that_is_not_callable_is_an_error(settings):
+    settings.WAKES = {**settings.WAKES, "AUTHORIZE": "testproject.settings.SECRET_KEY"}
+    assert ids(check_wakes_settings()) == ["django_wakes.E002"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -22,6 +23,8 @@ from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int
 from .shared import after, db_alias, earliest, hash_token, logger
+
+KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,8 @@ def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> date
 def _check_kind(kind: Any, session_id: str | None) -> str:
     if not isinstance(kind, str) or not kind:
         raise InvalidWake("kind must be a non-empty string")
-    if len(kind) > Wake._meta.get_field("kind").max_length:
-        raise InvalidWake(f"kind is longer than {Wake._meta.get_field('kind').max_length} characters")
+    if len(kind) > KIND_MAX_LENGTH:
+        raise InvalidWake(f"kind is longer than {KIND_MAX_LENGTH} characters")
     if registry.get(kind) is None:
         hint = " (set WAKES['SPAWN_TURN'] to enable it)" if kind == SESSION_TURN else ""
         raise UnknownKind(f"no sink is registered for kind {kind!r}{hint}")
@@ -119,7 +122,7 @@ def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
                     if existing is not None:
                         return existing
                 continue  # the holder left pending between our INSERT and our read: try again
-            transaction.on_commit(lambda w=wake: signals.wake_created.send(sender=Wake, wake=w), using=using)
+            transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
             return wake
     raise InvalidWake("could not create the wake: its idempotency/coalesce slot kept changing hands")
 
@@ -172,6 +175,7 @@ def schedule(
         if delay is not None:
             fields["fire_at"] = after(now, parse_duration(delay, name="delay"), name="delay")
         else:
+            assert at is not None  # exactly one of delay/at/cron/every was given
             fields["fire_at"] = to_datetime(at, name="at")
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))

@@ -146,10 +146,10 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
             transaction.on_commit(
                 partial(signals.wake_fired.send, sender=Wake, wake=d.claim.wake, outcome=d.outcome), using=using
             )
-    won = {id(d) for d in winners}
+    winner_ids = {id(d) for d in winners}
     outcomes = []
     for d in done:
-        if id(d) not in won:
+        if id(d) not in winner_ids:
             outcomes.append(_fenced_out(d.claim))
             continue
         wake = d.claim.wake

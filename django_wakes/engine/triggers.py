@@ -68,7 +68,7 @@ def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
     return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled")
 
 
-def open_approval(token_hash: str, actor: Any) -> Wake:
+def open_approval(token_hash: str | None, actor: Any) -> Wake:
     """Return the approval ``token_hash`` opens for ``actor`` if it can be answered now, else raise.
 
     The one place that decides whether an approval may be answered: :func:`resolve_hashed` calls it
@@ -104,7 +104,7 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
     return resolve_hashed(hash_token(token), answer, actor)
 
 
-def resolve_hashed(token_hash: str, answer: Any, actor: Any) -> Wake:
+def resolve_hashed(token_hash: str | None, answer: Any, actor: Any) -> Wake:
     """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
     answer = json_value(answer, name="answer")
     wake = open_approval(token_hash, actor)

@@ -6,7 +6,7 @@ import argparse
 import logging
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -107,7 +107,7 @@ class Command(BaseCommand):
         logger = logging.getLogger("django_wakes")
         logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
         if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stderr._out)
+            handler: logging.Handler = logging.StreamHandler(cast(TextIO, self.stderr._out))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
         runner = Sweeper(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -25,6 +26,7 @@ def status_snapshot() -> dict[str, Any]:
         counts[row["state"]] = row["n"]
     due = wakes.due(now)
     oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
+    oldest_due: datetime | None = oldest["due_at"] if oldest is not None else None
     next_due = wakes.pending().filter(due_at__gt=now).aggregate(m=Min("due_at"))["m"]
     live = Runner.objects.using(engine.db_alias()).live(now)
     return {
@@ -32,13 +34,13 @@ def status_snapshot() -> dict[str, Any]:
         "states": counts,
         "due_backlog": due.count(),
         "oldest_overdue": None
-        if oldest is None
+        if oldest is None or oldest_due is None
         else {
             "id": oldest["id"],
             "kind": oldest["kind"],
             "lane": oldest["serial_key"],
-            "due_at": oldest["due_at"].isoformat(),
-            "late_seconds": round((now - oldest["due_at"]).total_seconds(), 3),
+            "due_at": oldest_due.isoformat(),
+            "late_seconds": round((now - oldest_due).total_seconds(), 3),
         },
         "next_due_at": next_due.isoformat() if next_due else None,
         "runners": [
