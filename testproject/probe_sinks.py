@@ -1,23 +1,29 @@
-"""Sinks the multi-process tests and benchmarks schedule (owned by the concurrency tests).
+"""Sinks the real-process tests schedule (``tests/test_multiprocess.py``, ``tests/test_runner_processes.py``).
 
-They are inert unless a wake of their kind fires: nothing happens at import time. What they do is
-steered by environment variables of the *runner* process, so the test that starts a runner decides:
-
-``WAKES_PROBE_DIR``
-    Directory the sinks append their JSON-lines evidence to, one file per process
-    (``<kind>-<pid>.jsonl``), so concurrent runners never interleave writes. Unset: nothing is
-    written.
-``WAKES_PROBE_MAX_SLEEP_MS``
-    ``probe.record`` sleeps a random 0..N ms inside its firing interval (default 2) so runners
-    get chances to overlap.
-``WAKES_PROBE_BLOCK``
-    ``"1"``: ``probe.block`` blocks after recording its start, until ``<dir>/release`` exists
-    (bounded by ``WAKES_PROBE_BLOCK_SECONDS``, default 300) — a runner stuck mid-sink.
-``WAKES_PROBE_LATE_ERROR``
-    ``"1"``: once released, ``probe.block`` raises, so an unfenced late settle would be visible.
+They are inert unless a wake of their kind fires: nothing happens at import time. Each firing leaves
+JSON-lines evidence in ``WAKES_PROBE_DIR`` (an environment variable of the *runner* process; unset:
+nothing is written), one file per kind and process (``<kind>-<pid>.jsonl``), so concurrent runners
+never interleave writes. ``tests.processes.Procs.records(kind)`` reads them back. Each line is one
+``write(2)`` on an ``O_APPEND`` file, not fsynced: a SIGKILL does not lose what the kernel already has.
 
 Timestamps are ``time.monotonic_ns()``: CLOCK_MONOTONIC is system-wide on Linux, so intervals
 recorded by different processes on one machine are comparable.
+
+``probe.record``
+    One line per firing with its interval ``start``/``end``, after sleeping a random 0..N ms
+    (``WAKES_PROBE_MAX_SLEEP_MS``, default 2) so runners get chances to overlap.
+``probe.block``
+    A ``start`` line; then, if ``WAKES_PROBE_BLOCK="1"``, blocks until ``<dir>/release`` exists
+    (bounded by ``WAKES_PROBE_BLOCK_SECONDS``, default 300) — a runner stuck mid-sink — and writes a
+    ``released`` line; then, if ``WAKES_PROBE_LATE_ERROR="1"``, raises, so an unfenced late settle
+    would be visible.
+``probe.intent``
+    Does what its wake's ``intent`` says, so each test decides per wake: a ``start`` line *before*
+    anything else (a process killed mid-sink leaves a start without an end), then a sleep of
+    ``sleep`` seconds or a random ``sleep_min``..``sleep_max`` (only on the attempt numbers in
+    ``slow_attempts``, if given), then a ``raise`` line and an exception if ``fail``, else an
+    ``end`` line. Lines carry the wake id, lane, pid, thread, attempt number, claim token, trigger
+    and ``t``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,11 +43,12 @@ def _append(kind: str, record: dict[str, Any]) -> None:
     directory = os.environ.get("WAKES_PROBE_DIR")
     if not directory:
         return
-    path = Path(directory) / f"{kind}-{os.getpid()}.jsonl"
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(directory, f"{kind}-{os.getpid()}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def _record(wake: Any, result: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -63,19 +71,91 @@ def record(wake: Any, result: dict[str, Any]) -> None:
     if max_ms > 0:
         time.sleep(random.uniform(0, max_ms) / 1000)
     end = time.monotonic_ns()
-    _append("record", _record(wake, result, start=start, end=end))
+    _append("probe.record", _record(wake, result, start=start, end=end))
 
 
 @sink("probe.block")
 def block(wake: Any, result: dict[str, Any]) -> None:
     """Record the start, then (if told to) block until released: a runner wedged mid-sink."""
-    _append("block", _record(wake, result, phase="start", start=time.monotonic_ns()))
+    _append("probe.block", _record(wake, result, phase="start", start=time.monotonic_ns()))
     if os.environ.get("WAKES_PROBE_BLOCK") != "1":
         return
     release = Path(os.environ.get("WAKES_PROBE_DIR", ".")) / "release"
     deadline = time.monotonic() + float(os.environ.get("WAKES_PROBE_BLOCK_SECONDS", "300"))
     while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    _append("block", _record(wake, result, phase="released", end=time.monotonic_ns()))
+    _append("probe.block", _record(wake, result, phase="released", end=time.monotonic_ns()))
     if os.environ.get("WAKES_PROBE_LATE_ERROR") == "1":
         raise RuntimeError(f"late finisher pid={os.getpid()} settles wake {wake.pk} after losing its lease")
+
+
+@sink("probe.intent")
+def intent(wake: Any, result: dict[str, Any]) -> None:
+    """Sleep, fail or succeed as the wake's intent says, with start and end (or raise) lines."""
+    steer = wake.intent if isinstance(wake.intent, dict) else {}
+    base = {
+        "id": wake.pk,
+        "lane": wake.serial_key,
+        "pid": os.getpid(),
+        "thread": threading.get_ident(),
+        "attempt": wake.attempts,
+        "token": wake.claim_token,
+        "trigger": result.get("trigger"),
+    }
+    _append("probe.intent", {**base, "phase": "start", "t": time.monotonic_ns()})
+    if "slow_attempts" in steer and wake.attempts not in steer["slow_attempts"]:
+        pass
+    elif "sleep_max" in steer:
+        time.sleep(random.uniform(float(steer.get("sleep_min", 0)), float(steer["sleep_max"])))
+    elif steer.get("sleep"):
+        time.sleep(float(steer["sleep"]))
+    if steer.get("fail"):
+        _append("probe.intent", {**base, "phase": "raise", "t": time.monotonic_ns()})
+        raise RuntimeError(f"probe.intent: wake {wake.pk} fails on purpose")
+    _append("probe.intent", {**base, "phase": "end", "t": time.monotonic_ns()})
+
+
+@sink("probe.ledger")
+def ledger(wake: Any, result: dict[str, Any]) -> None:
+    """Append this firing's effect to an fsynced ledger, then sleep ``intent["sleep"]`` seconds if given.
+
+    The line *is* the effect (``<dir>/probe.ledger-<pid>.jsonl``, written with one ``write(2)`` and
+    fsynced before anything else), so no crash of the runner can lose an effect that happened. It
+    carries what a fault test needs to tell whether the runner still owned the claim it ran under:
+    wake id, lane, attempt number, claim token, the claim's ``claimed_at`` and the wall-clock
+    (``time.time()``) and ``time.monotonic_ns()`` moments the sink started (``tests/test_faults.py``).
+    """
+    steer = wake.intent if isinstance(wake.intent, dict) else {}
+    directory = os.environ.get("WAKES_PROBE_DIR")
+    if directory:
+        line = {
+            "id": wake.pk,
+            "kind": wake.kind,
+            "lane": wake.serial_key,
+            "attempt": wake.attempts,
+            "token": wake.claim_token,
+            "claimed_at": wake.claimed_at.timestamp() if wake.claimed_at else None,
+            "pid": os.getpid(),
+            "wall": time.time(),
+            "t": time.monotonic_ns(),
+        }
+        path = os.path.join(directory, f"probe.ledger-{os.getpid()}.jsonl")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if steer.get("sleep"):
+        time.sleep(float(steer["sleep"]))
+
+
+@sink("probe.poison")
+def poison(wake: Any, result: dict[str, Any]) -> None:
+    """Write a ledger line (so each start is on record), then SIGKILL this very runner process.
+
+    A poisoned wake: every runner that fires it dies mid-sink, so only its lease lapsing and its
+    ``max_attempts`` can stop it taking the fleet down one runner at a time.
+    """
+    ledger(wake, result)
+    os.kill(os.getpid(), 9)  # SIGKILL: no handler, no cleanup, no settle

@@ -27,4 +27,3 @@ def print_intent(wake: Any, result: dict[str, Any]) -> None:
 
 # Probe sinks used by the multi-process tests and the benchmark (inert unless their kinds are scheduled).
 from testproject import probe_sinks  # noqa: E402,F401
-from testproject import runner_probe_sinks as _runner_probe_sinks  # noqa: E402,F401

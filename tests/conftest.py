@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated sink registry, a fake clock and recording sinks.
+"""Shared fixtures: an isolated sink registry, a fake clock, recording sinks and real processes.
 
 Every test runs inside ``django_wakes.testing.isolated_sinks()`` (whatever it registers is forgotten
 afterwards, and the unwakeable-wake log starts fresh), so tests never see each other's sinks or warnings.
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_wakes.sinks import registry
 from django_wakes.testing import FakeClock, fake_clock, isolated_sinks
+from tests.processes import Procs, database_url
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -89,3 +92,19 @@ def spawned(settings: Any) -> list[tuple[str, dict[str, Any]]]:
 
     settings.WAKES = {**settings.WAKES, "SPAWN_TURN": spawn_turn}
     return calls
+
+
+@pytest.fixture
+def procs(transactional_db: None, tmp_path: Path) -> Iterator[Procs]:
+    """Start real processes against the test database; kill and reap whatever is left at teardown.
+
+    Depending on ``transactional_db`` (what a test writes is committed, so the children see it)
+    makes this teardown run first, so no child still holds a connection or a lock when
+    pytest-django flushes the tables.
+    """
+    url = database_url(connection.settings_dict)
+    if url is None:
+        pytest.skip("the test database is in memory: other processes cannot open it")
+    manager = Procs(url, tmp_path)
+    yield manager
+    manager.cleanup()

@@ -8,27 +8,22 @@ process to check what a shell, cron or a Kubernetes CronJob sees (exit status, s
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from django_wakes import clock, schedule
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
 from tests.factories import WakeAttemptFactory, WakeFactory
+from tests.processes import Procs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parent.parent
 WS = "ws-commands"
 
 
@@ -36,25 +31,6 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out, stderr=StringIO())
     return out.getvalue()
-
-
-def manage(*args: str) -> subprocess.CompletedProcess:
-    """``python manage.py ARGS`` against the test database, as a separate process."""
-    from tests.test_runner_processes import database_url
-
-    url = database_url(connection.settings_dict)
-    if url is None:
-        pytest.skip("the test database is in memory: a separate process cannot open it")
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -92,16 +68,16 @@ def test_once_with_nothing_due_returns_normally():
     call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
 
 
-def test_once_as_a_process_exit_status_says_whether_anything_failed():
-    """What cron sees: 0 after a clean pass, 1 after a pass with a failure (``runner.probe``
+def test_once_as_a_process_exit_status_says_whether_anything_failed(procs: Procs):
+    """What cron sees: 0 after a clean pass, 1 after a pass with a failure (``probe.intent``
     raises when its intent says ``fail``)."""
-    ok = schedule(workspace_id=WS, delay="0s", kind="runner.probe", intent={})
-    clean = manage("runwakes", "--once")
+    ok = schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={})
+    clean = procs.manage("runwakes", "--once")
     assert clean.returncode == 0, clean.stderr
     assert Wake.objects.get(pk=ok.pk).state == State.FIRED
 
-    bad = schedule(workspace_id=WS, delay="0s", kind="runner.probe", intent={"fail": True})
-    failing = manage("runwakes", "--once")
+    bad = schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={"fail": True})
+    failing = procs.manage("runwakes", "--once")
     assert failing.returncode == 1, failing.stderr
     assert "1 wake(s) failed" in failing.stderr
     assert WakeAttempt.objects.get(wake_id=bad.pk).outcome == Outcome.FAILED
@@ -143,8 +119,8 @@ def test_runwakes_rejects_bad_arguments_before_doing_anything(sinks, argv, optio
     assert calls == [] and Wake.objects.get(pk=wake.pk).state == State.PENDING
 
 
-def test_runwakes_bad_argument_as_a_process_exits_2_with_usage():
-    result = manage("runwakes", "--lanes", ",")
+def test_runwakes_bad_argument_as_a_process_exits_2_with_usage(procs: Procs):
+    result = procs.manage("runwakes", "--lanes", ",")
     assert result.returncode == 2
     assert "usage:" in result.stderr
     assert "argument --lanes: needs at least one serial key" in result.stderr
@@ -234,8 +210,8 @@ def test_status_of_an_empty_table():
     assert (snap["due_backlog"], snap["oldest_overdue"], snap["next_due_at"], snap["runners"]) == (0, None, None, [])
 
 
-def test_status_as_a_process_prints_json_on_stdout(populated):
-    result = manage("wakes", "status", "--json")
+def test_status_as_a_process_prints_json_on_stdout(populated, procs: Procs):
+    result = procs.manage("wakes", "status", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["states"] == EXPECTED_STATES
 

@@ -1,10 +1,11 @@
 """Concurrency and crash tests with REAL processes against a real PostgreSQL or MariaDB server.
 
 Runner processes are ``python manage.py runwakes`` subprocesses pointed at the pytest-django test
-database (``transaction=True``, so what a test writes is committed and visible to them). Their
-sinks live in ``testproject/probe_sinks.py`` and leave JSON-lines evidence in a directory. The
-short-lived creators, resolvers and ``once()`` callers are ``python -m tests.mp_support`` children
-released together through a file barrier.
+database (``transaction=True``, so what a test writes is committed and visible to them), started by
+the ``procs`` fixture (``tests/processes.py``). Their sinks live in ``testproject/probe_sinks.py``
+and leave JSON-lines evidence that ``procs.records(kind)`` reads. The short-lived creators,
+resolvers and ``once()`` callers are ``python -m tests.processes`` children released together
+through a file barrier.
 
 Nothing here asserts on timing: every wait is bounded and generous, and every assertion is about
 what happened (who fired what, in which order, with which result, how many rows exist).
@@ -17,14 +18,13 @@ import random
 import signal
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
 
 from django_wakes import deliver_event, request_approval, schedule, watch
 from django_wakes.models import Outcome, Receipt, ReceiptState, State, Wake, WakeAttempt
-from tests.mp_support import Procs, database_url, race, read_jsonl, wait_for
+from tests.processes import Procs, race, wait_for
 
 SERVER_VENDORS = {"postgresql", "mysql"}
 
@@ -41,20 +41,14 @@ pytestmark = [
 ]
 
 LEASE = "2s"
+FAST = ("--interval", "0.2")  # runners poll at least every 0.2 s
 
 
-@pytest.fixture
-def procs(transactional_db, tmp_path: Path):
-    """Start processes against the test database; kill and reap whatever is left at teardown.
-
-    Depending on ``transactional_db`` makes this teardown run first, so no child still holds a
-    connection (or a lock) when pytest-django flushes the tables.
-    """
+@pytest.fixture(autouse=True)
+def _needs_skip_locked(transactional_db: None) -> None:
+    """Skip where racing runners cannot pass over each other's locked rows."""
     if not connection.features.has_select_for_update_skip_locked:
         pytest.skip(f"{connection.display_name} lacks SELECT ... FOR UPDATE SKIP LOCKED")
-    manager = Procs(database_url(connection.settings_dict), tmp_path)
-    yield manager
-    manager.cleanup()
 
 
 def _state_counts() -> Counter:
@@ -90,7 +84,7 @@ def test_four_runners_fire_every_wake_once_lanes_single_file_earliest_first(proc
     fire_at = dict(Wake.objects.values_list("id", "fire_at"))
     lane_of = dict(Wake.objects.values_list("id", "serial_key"))
 
-    runners = [procs.runner(f"runner-{n}") for n in range(RUNNERS)]
+    runners = [procs.runner(f"runner-{n}", *FAST) for n in range(RUNNERS)]
     wait_for(
         lambda: Wake.objects.filter(state=State.FIRED).count() == WAKES or any(procs.alive(r) for r in runners),
         timeout=150,
@@ -101,7 +95,7 @@ def test_four_runners_fire_every_wake_once_lanes_single_file_earliest_first(proc
         assert procs.stop(runner) == 0, procs.log(runner)
         assert "Traceback" not in procs.log(runner), procs.log(runner)
 
-    records = read_jsonl(procs.probe_dir, "record")
+    records = procs.records("probe.record")
     fired_per_id = Counter(r["id"] for r in records)
     assert set(fired_per_id) == set(fire_at), "some wakes never reached their sink"
     assert [i for i, c in fired_per_id.items() if c != 1] == [], "a wake fired more than once"
@@ -144,10 +138,8 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
     # A second wake in the same lane, due now: it must wait for the orphaned firing row.
     follower = schedule(workspace_id="mp-crash", kind="probe.record", serial_key="crash-lane", delay="0s")
 
-    runner_a = procs.runner("runner-a", WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1")
-    started = wait_for(
-        lambda: read_jsonl(procs.probe_dir, "block"), timeout=60, what="runner A to enter the blocking sink"
-    )
+    runner_a = procs.runner("runner-a", *FAST, WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1")
+    started = wait_for(lambda: procs.records("probe.block"), timeout=60, what="runner A to enter the blocking sink")
     assert started[0]["pid"] == runner_a.pid and started[0]["id"] == wake.pk
     wake.refresh_from_db()
     assert wake.state == State.FIRING and wake.claimed_by.split(":")[1] == str(runner_a.pid)
@@ -157,7 +149,7 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
     assert wake.state == State.FIRING, "a SIGKILLed runner leaves its row firing"
     assert Wake.objects.get(pk=follower.pk).state == State.PENDING
 
-    runner_b = procs.runner("runner-b", WAKES_LEASE=LEASE)
+    runner_b = procs.runner("runner-b", *FAST, WAKES_LEASE=LEASE)
     wait_for(
         lambda: (
             Wake.objects.filter(pk__in=[wake.pk, follower.pk], state=State.FIRED).count() == 2 or procs.alive(runner_b)
@@ -169,7 +161,7 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
 
     wake.refresh_from_db()
     assert wake.state == State.FIRED and wake.attempts == 2 and wake.last_error == ""
-    runs = sorted(read_jsonl(procs.probe_dir, "block"), key=lambda r: r["start"])
+    runs = sorted(procs.records("probe.block"), key=lambda r: r["start"])
     assert [r["pid"] for r in runs] == [runner_a.pid, runner_b.pid]
     expected = {"trigger": "on_event", "event_key": "build.done", "payload": payload}
     assert runs[0]["result"] == expected
@@ -179,7 +171,7 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
     assert attempts[0].runner_id.split(":")[1] == str(runner_a.pid)
     assert attempts[1].runner_id.split(":")[1] == str(runner_b.pid)
     # The lane stayed single-file across the crash: the follower fired only after the re-drive.
-    follower_run = read_jsonl(procs.probe_dir, "record")
+    follower_run = procs.records("probe.record")
     assert [r["id"] for r in follower_run] == [follower.pk]
     assert follower_run[0]["start"] > runs[1]["start"]
 
@@ -191,8 +183,8 @@ def test_runner_killed_mid_sink_is_redriven_with_persisted_result(procs: Procs):
 
 def test_stalled_runner_cannot_overwrite_the_takeover_outcome(procs: Procs):
     wake = schedule(workspace_id="mp-fence", kind="probe.block", serial_key="fence-lane", delay="0s")
-    runner_a = procs.runner("runner-a", WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1", WAKES_PROBE_LATE_ERROR="1")
-    wait_for(lambda: read_jsonl(procs.probe_dir, "block"), timeout=60, what="runner A to enter the blocking sink")
+    runner_a = procs.runner("runner-a", *FAST, WAKES_LEASE=LEASE, WAKES_PROBE_BLOCK="1", WAKES_PROBE_LATE_ERROR="1")
+    wait_for(lambda: procs.records("probe.block"), timeout=60, what="runner A to enter the blocking sink")
     runner_a.send_signal(signal.SIGSTOP)
     try:
         wake.refresh_from_db()
@@ -204,7 +196,7 @@ def test_stalled_runner_cannot_overwrite_the_takeover_outcome(procs: Procs):
             timeout=30,
             what="runner A's lease to lapse",
         )
-        runner_b = procs.runner("runner-b", WAKES_LEASE=LEASE)
+        runner_b = procs.runner("runner-b", *FAST, WAKES_LEASE=LEASE)
         wait_for(
             lambda: Wake.objects.filter(pk=wake.pk, state=State.FIRED).exists() or procs.alive(runner_b),
             timeout=90,
@@ -234,7 +226,7 @@ def test_stalled_runner_cannot_overwrite_the_takeover_outcome(procs: Procs):
     assert attempts[1].runner_id.split(":")[1] == str(runner_b.pid)
     non_interrupted = [a for a in attempts if a.outcome != Outcome.INTERRUPTED]
     assert len(non_interrupted) == 1
-    runs = read_jsonl(procs.probe_dir, "block")
+    runs = procs.records("probe.block")
     assert Counter(r["pid"] for r in runs if r["phase"] == "start") == {runner_a.pid: 1, runner_b.pid: 1}
 
 

@@ -28,7 +28,7 @@ from django_wakes.models import Runner as RunnerRow
 from django_wakes.runner import Sweeper
 from django_wakes.sinks import registry
 from tests.factories import WakeFactory
-from tests.mp_support import wait_for
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

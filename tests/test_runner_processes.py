@@ -2,13 +2,14 @@
 due wake, the lease heartbeat, the runner registry, ``--concurrency`` and a chaos test with SIGKILLs.
 
 Runners are subprocesses pointed at the pytest-django test database (``transaction=True``, so what
-the test writes is committed and visible to them). Their sink is ``runner.probe``
-(``testproject/runner_probe_sinks.py``): it writes a ``start`` line before it runs and an ``end``
-line after, one JSON-lines file per process, with ``time.monotonic_ns()`` stamps comparable across
-processes. Nothing here asserts on latency: every wait is bounded and generous. Where a test must
-show that something happened *because of* a mechanism (a push, sleeping until the next due wake),
-the runner's polling backstop is made far longer than the bounded wait, so nothing else can make
-it pass. Latencies are printed for information only (``pytest -s``).
+the test writes is committed and visible to them), started by the ``procs`` fixture
+(``tests/processes.py``). Their sink is ``probe.intent`` (``testproject/probe_sinks.py``): it
+writes a ``start`` line before it runs and an ``end`` line after, one JSON-lines file per process,
+with ``time.monotonic_ns()`` stamps comparable across processes. Nothing here asserts on latency:
+every wait is bounded and generous. Where a test must show that something happened *because of* a
+mechanism (a push, sleeping until the next due wake), the runner's polling backstop is made far
+longer than the bounded wait, so nothing else can make it pass. Latencies are printed for
+information only (``pytest -s``).
 
 Single-runner tests also run on SQLite (its test database is a file the runners open too); tests
 with several runners, LISTEN/NOTIFY or SIGKILL chaos need PostgreSQL or MariaDB.
@@ -17,17 +18,14 @@ with several runners, LISTEN/NOTIFY or SIGKILL chaos need PostgreSQL or MariaDB.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,10 +35,9 @@ from django.db import connection, transaction
 from django_wakes import schedule, signals
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
-from tests.mp_support import database_url, wait_for
+from tests.processes import Procs, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-KIND = "runner.probe"
+KIND = "probe.intent"
 WS = "ws-runner-procs"
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.django_db(transaction=True)]
@@ -62,109 +59,6 @@ needs_postgres = pytest.mark.skipif(
 
 def pid_of(runner_id: str) -> int:
     return int(runner_id.split(":")[1])
-
-
-class Procs:
-    """The processes a test starts; whatever is still alive at teardown is killed and reaped."""
-
-    def __init__(self, db_url: str, workdir: Path) -> None:
-        self.db_url = db_url
-        self.workdir = workdir
-        self.probe_dir = workdir / "probe"
-        self.probe_dir.mkdir()
-        self.procs: list[subprocess.Popen] = []
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            DATABASE_URL=self.db_url,
-            DJANGO_SETTINGS_MODULE="testproject.settings",
-            WAKES_PROBE_DIR=str(self.probe_dir),
-            PYTHONUNBUFFERED="1",
-            PYTHONPATH=str(ROOT),
-            WAKES_LOG_LEVEL="INFO",
-        )
-        env.update(extra)
-        return env
-
-    def runner(self, name: str, *args: str, **env: str) -> subprocess.Popen:
-        """Start ``python manage.py runwakes ARGS``; its output goes to ``<workdir>/<name>.log``."""
-        log_path = self.workdir / f"{name}.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "manage.py", "runwakes", *args],
-                cwd=ROOT,
-                env=self.env(**env),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        proc.log_path = log_path  # type: ignore[attr-defined]
-        self.procs.append(proc)
-        return proc
-
-    def manage(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=self.env(**env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    @staticmethod
-    def log(proc: subprocess.Popen) -> str:
-        return proc.log_path.read_text(encoding="utf-8", errors="replace")  # type: ignore[attr-defined]
-
-    def alive(self, *procs: subprocess.Popen) -> bool:
-        """False (for ``wait_for``) while all are alive; raise with the log if one exited."""
-        for proc in procs:
-            if proc.poll() is not None:
-                raise AssertionError(f"runner {proc.pid} exited with {proc.returncode}:\n{self.log(proc)[-4000:]}")
-        return False
-
-    def stop(self, proc: subprocess.Popen, *, timeout: float = 30) -> int:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"runner {proc.pid} ignored SIGTERM for {timeout:.0f}s:\n{self.log(proc)}") from None
-
-    def kill(self, proc: subprocess.Popen) -> int:
-        """SIGKILL and reap; return a ``monotonic_ns`` taken after the process is certainly dead."""
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-        return time.monotonic_ns()
-
-    def records(self) -> list[dict[str, Any]]:
-        rows = []
-        for path in sorted(self.probe_dir.glob("runner-probe-*.jsonl")):
-            rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-        return rows
-
-    def phase(self, phase: str, **match: Any) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r["phase"] == phase and all(r[k] == v for k, v in match.items())]
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-@pytest.fixture
-def procs(transactional_db, tmp_path: Path):
-    """Depends on ``transactional_db`` so the children are gone before the tables are flushed."""
-    url = database_url(connection.settings_dict)
-    if url is None:
-        pytest.skip("the test database is in memory: runner processes cannot open it")
-    manager = Procs(url, tmp_path)
-    yield manager
-    manager.cleanup()
 
 
 def probe(*, lane: str | None = None, delay: str = "0s", max_attempts: int | None = None, **intent: Any) -> Wake:
@@ -523,7 +417,7 @@ def test_concurrency_fires_lanes_in_parallel_never_two_of_one_lane(procs: Procs)
     wait_for(lambda: fired(*wakes) or procs.alive(runner), timeout=120, what="every wake to fire")
     assert procs.stop(runner) == 0
 
-    runs = _intervals(procs.records())
+    runs = _intervals(procs.records(KIND))
     assert all(run["completed"] for run in runs)
     assert Counter(run["id"] for run in runs) == {w.pk: 1 for w in wakes}, "each wake fired exactly once"
     assert {run["pid"] for run in runs} == {runner.pid}
@@ -611,7 +505,7 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
         time.sleep(rng.uniform(0.4, 1.2))
         victim = None
         if k % 2 == 0:  # aim at a runner inside a slow sink, if one is there right now
-            records = procs.records()
+            records = procs.records(KIND)
             ended = {(r["pid"], r["id"], r["attempt"]) for r in records if r["phase"] != "start"}
             busy = {
                 r["pid"]
@@ -650,7 +544,7 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
     history: dict[int, list[WakeAttempt]] = defaultdict(list)
     for attempt in WakeAttempt.objects.filter(wake__workspace_id=WS).order_by("wake_id", "number", "id"):
         history[attempt.wake_id].append(attempt)
-    runs = _intervals(procs.records(), kills)
+    runs = _intervals(procs.records(KIND), kills)
     runs_of: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         runs_of[(run["id"], run["attempt"])].append(run)

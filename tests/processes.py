@@ -1,8 +1,15 @@
-"""Helpers for tests/test_multiprocess.py: start, watch and stop real processes.
+"""The one harness for tests with real processes (``tests/test_multiprocess.py``,
+``tests/test_runner_processes.py``): start, watch and stop them, read what their sinks recorded.
 
-Also the entry point of the short-lived child processes those tests start::
+The ``procs`` fixture (``tests/conftest.py``) hands a test a :class:`Procs` pointed at the
+pytest-django test database. It starts ``manage.py runwakes`` runners and other ``manage.py``
+commands with extra environment, and the short-lived children below; whatever is still running at
+teardown is killed and reaped. The runners' probe sinks (``testproject/probe_sinks.py``) write
+JSON lines into ``procs.probe_dir``; :meth:`Procs.records` and :meth:`Procs.phase` read them.
 
-    python -m tests.mp_support <action> <json-args>
+This module is also the entry point of the short-lived child processes::
+
+    python -m tests.processes <action> <json-args>
 
 A child sets Django up against ``DATABASE_URL``, opens its connection, writes ``ready-<n>`` in the
 shared directory, waits for ``go`` to appear (so all children start their race together), runs
@@ -63,27 +70,22 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str, 
         time.sleep(interval)
 
 
-def read_jsonl(directory: Path, prefix: str) -> list[dict[str, Any]]:
-    rows = []
-    for path in sorted(directory.glob(f"{prefix}-*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
-
-
 class Procs:
-    """Every process a test starts; whatever is still alive at teardown is killed and reaped."""
+    """Every process a test starts; whatever is still alive at teardown is killed and reaped.
+
+    Each process's output goes to ``<workdir>/<name>.log`` (:meth:`log`); the probe sinks of the
+    runners write into :attr:`probe_dir`.
+    """
 
     def __init__(self, db_url: str, workdir: Path) -> None:
         self.db_url = db_url
         self.workdir = workdir
         self.probe_dir = workdir / "probe"
         self.probe_dir.mkdir(exist_ok=True)
-        self._procs: list[tuple[subprocess.Popen, Any]] = []
-        self._count = 0
+        self.procs: list[subprocess.Popen] = []
 
     def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a child: this test database, the probe directory, then ``extra``."""
         env = dict(os.environ)
         env.update(
             DATABASE_URL=self.db_url,
@@ -91,39 +93,55 @@ class Procs:
             WAKES_PROBE_DIR=str(self.probe_dir),
             PYTHONUNBUFFERED="1",
             PYTHONPATH=str(ROOT),
+            WAKES_LOG_LEVEL="INFO",
         )
         env.update(extra)
         return env
 
     def start(self, args: list[str], *, name: str, **env: str) -> subprocess.Popen:
-        self._count += 1
-        log = (self.workdir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=self.env(**env), stdout=log, stderr=subprocess.STDOUT
-        )
-        proc.log_path = self.workdir / f"{name}.log"  # type: ignore[attr-defined]
-        self._procs.append((proc, log))
+        """Start ``python ARGS`` in the project root; its output goes to ``<workdir>/<name>.log``."""
+        log_path = self.workdir / f"{name}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *args], cwd=ROOT, env=self.env(**env), stdout=log, stderr=subprocess.STDOUT
+            )
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        self.procs.append(proc)
         return proc
 
-    def runner(self, name: str, *extra_args: str, **env: str) -> subprocess.Popen:
-        """Start ``python manage.py runwakes`` (polling every 0.2 s at most)."""
-        return self.start(["manage.py", "runwakes", "--interval", "0.2", *extra_args], name=name, **env)
+    def runner(self, name: str, *args: str, **env: str) -> subprocess.Popen:
+        """Start ``python manage.py runwakes ARGS`` with ``env`` added to its environment."""
+        return self.start(["manage.py", "runwakes", *args], name=name, **env)
 
     def child(self, action: str, payload: dict[str, Any], *, name: str, **env: str) -> subprocess.Popen:
-        return self.start(["-m", "tests.mp_support", action, json.dumps(payload)], name=name, **env)
+        """Start a short-lived child running ``action`` (see ``ACTIONS``) on ``payload``."""
+        return self.start(["-m", "tests.processes", action, json.dumps(payload)], name=name, **env)
 
-    def alive(self, proc: subprocess.Popen) -> bool:
-        """False while ``proc`` runs; raise with its log if it has exited (for ``wait_for`` predicates)."""
-        if proc.poll() is not None:
-            raise AssertionError(f"pid {proc.pid} exited with {proc.returncode}:\n{self.log(proc)[-4000:]}")
-        return False
+    def manage(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """Run ``python manage.py ARGS`` to completion and return its captured output."""
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     @staticmethod
     def log(proc: subprocess.Popen) -> str:
         return proc.log_path.read_text(encoding="utf-8", errors="replace")  # type: ignore[attr-defined]
 
+    def alive(self, *procs: subprocess.Popen) -> bool:
+        """False (for ``wait_for`` predicates) while all of ``procs`` run; raise with the log if one exited."""
+        for proc in procs:
+            if proc.poll() is not None:
+                raise AssertionError(f"pid {proc.pid} exited with {proc.returncode}:\n{self.log(proc)[-4000:]}")
+        return False
+
     def stop(self, proc: subprocess.Popen, *, timeout: float = 30) -> int:
-        """SIGTERM (the runner finishes the wake in hand), then wait; SIGKILL if it hangs."""
+        """SIGTERM (a runner finishes the wakes in hand), then wait; SIGKILL if it hangs."""
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         try:
@@ -131,7 +149,13 @@ class Procs:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise AssertionError(f"pid {proc.pid} ignored SIGTERM for {timeout:.0f}s") from None
+            raise AssertionError(f"pid {proc.pid} ignored SIGTERM for {timeout:.0f}s:\n{self.log(proc)}") from None
+
+    def kill(self, proc: subprocess.Popen) -> int:
+        """SIGKILL and reap; return a ``monotonic_ns`` taken after the process is certainly dead."""
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        return time.monotonic_ns()
 
     def finish(self, proc: subprocess.Popen, *, timeout: float = 90) -> Any:
         """Wait for a child to exit and return the JSON it printed last."""
@@ -146,8 +170,21 @@ class Procs:
         assert rc == 0 and lines, f"child {proc.pid} exited {rc}:\n{output}"
         return json.loads(lines[-1])
 
+    def records(self, *kinds: str) -> list[dict[str, Any]]:
+        """The lines the probe sinks of these kinds wrote (every kind if none), file by file."""
+        paths = sorted(path for kind in kinds or ("*",) for path in self.probe_dir.glob(f"{kind}-*.jsonl"))
+        rows = []
+        for path in paths:
+            rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        return rows
+
+    def phase(self, phase: str, **match: Any) -> list[dict[str, Any]]:
+        """The probe lines of ``phase`` ("start", "end", ...) whose fields equal ``match``."""
+        return [r for r in self.records() if r.get("phase") == phase and all(r.get(k) == v for k, v in match.items())]
+
     def cleanup(self) -> None:
-        for proc, log in self._procs:
+        """Kill (and first continue, if stopped) whatever still runs, and reap everything."""
+        for proc in self.procs:
             if proc.poll() is None:
                 try:
                     proc.send_signal(signal.SIGCONT)
@@ -155,7 +192,6 @@ class Procs:
                 except ProcessLookupError:
                     pass
             proc.wait()
-            log.close()
 
 
 @contextmanager
