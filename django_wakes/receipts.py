@@ -10,11 +10,10 @@ from typing import Any, Literal
 
 from django.db import IntegrityError, close_old_connections, connections, router, transaction
 
-from . import clock
+from . import clock, validation
 from .conf import wakes_settings
 from .exceptions import InvalidIntent, InvalidWake, OnceInProgress, OnceInterrupted
-from .models import KEY_LENGTH, Receipt, ReceiptState
-from .validation import json_value
+from .models import Receipt, ReceiptState
 
 POLL_SECONDS = 0.05
 
@@ -68,9 +67,8 @@ def once(
     propagates, so a later call may try again. Call it outside a database transaction: the
     receipt must be committed to protect anything.
     """
-    for name, value in (("session_id", session_id), ("key", key)):
-        if not isinstance(value, str) or not value or len(value) > KEY_LENGTH:
-            raise InvalidWake(f"once(): {name} must be a non-empty string of at most {KEY_LENGTH} characters")
+    session_id = validation.key(session_id, name="once(): session_id")
+    key = validation.key(key, name="once(): key")
     using = _using()
     if connections[using].in_atomic_block:
         raise InvalidWake("once() must not run inside a transaction: its receipt has to commit before fn runs")
@@ -126,7 +124,7 @@ def _run(receipt: Receipt, fn: Callable[[], Any], using: str) -> Any:
         Receipt.objects.using(using).filter(pk=receipt.pk, owner=receipt.owner).delete()
         raise
     try:
-        stored = json_value(value, name="once() result")
+        stored = validation.json_value(value, name="once() result")
     except InvalidIntent:
         # The effect happened: record it as done (with no result) so it never runs again, then say why.
         Receipt.objects.using(using).filter(pk=receipt.pk, owner=receipt.owner).update(

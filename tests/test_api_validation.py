@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import django_wakes
 from django_wakes import engine
 from django_wakes.exceptions import (
+    ApprovalNotFound,
     InvalidDuration,
     InvalidIntent,
     InvalidTime,
@@ -24,7 +26,8 @@ from django_wakes.exceptions import (
     UnknownKind,
     WakeError,
 )
-from django_wakes.models import Receipt, State, TriggerType, Wake, WakeAttempt
+from django_wakes.models import KEY_LENGTH, Receipt, State, TriggerType, Wake, WakeAttempt
+from django_wakes.validation import JSON_MAX_DEPTH, POSITIVE_INT_MAX, PROMPT_MAX_LENGTH
 
 pytestmark = pytest.mark.django_db
 
@@ -37,19 +40,20 @@ def kind(sinks):
     return sinks(KIND)
 
 
-def _counts():
-    return Wake.objects.count(), WakeAttempt.objects.count(), Receipt.objects.count()
+def _rows():
+    """Every row of every table the API writes, so "nothing was written" covers updates too."""
+    return [list(model.objects.order_by("pk").values()) for model in (Wake, WakeAttempt, Receipt)]
 
 
 def assert_refused(exc_type, call, match=None):
     """Run ``call``; it must raise ``exc_type`` (a WakeError) and leave every table untouched."""
     assert issubclass(exc_type, WakeError)
-    before = _counts()
+    before = _rows()
     with pytest.raises(exc_type, match=match) as info:
         call()
     assert isinstance(info.value, WakeError)
     assert str(info.value), "the error must name the problem"
-    assert _counts() == before
+    assert _rows() == before
     return info.value
 
 
@@ -265,6 +269,319 @@ def test_deliver_event_validates_before_touching_watchers(clock, kind):
     assert_refused(InvalidIntent, lambda: django_wakes.deliver_event(workspace_id=WS, event_key="e", payload={1, 2}))
     row = Wake.objects.get(pk=wake.pk)
     assert row.fire_at is None and row.result is None and row.state == State.PENDING
+
+
+# --------------------------------------------------------------------------------------------------
+# Values a database would refuse: refused first, by every entry point, the same on every database
+# (PostgreSQL: no NUL in text or jsonb, varchar and integer bounds; MariaDB: varchar bounds, JSON
+# nesting; every driver: no surrogates). Run this module on all three: that is its point.
+# --------------------------------------------------------------------------------------------------
+
+KIND_LENGTH = Wake._meta.get_field("kind").max_length
+APPROVER = "alice"  # testproject's AUTHORIZE lets an actor answer in a workspace whose id names it
+APPROVAL_WS = f"ws-{APPROVER}"
+
+
+def nested(depth, leaf="🦉"):
+    """``depth`` lists inside each other around ``leaf``, built without recursion."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _cycle():
+    loop = []
+    loop.append(loop)
+    return loop
+
+
+class Effect:
+    """A ``once()`` callable that counts its calls."""
+
+    def __init__(self, value="done"):
+        self.value, self.calls = value, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.value
+
+
+def _create(entry, **overrides):
+    """Call a create entry point with valid arguments, but ``overrides``."""
+    args = {"workspace_id": WS, "kind": KIND}
+    args.update(
+        {
+            "schedule": {"delay": "1m"},
+            "watch": {"event_key": "ev"},
+            "request_approval": {"prompt": "Ship it?", "expires_in": "1h"},
+        }[entry]
+    )
+    args.update(overrides)
+    return getattr(django_wakes, entry)(**args)
+
+
+@pytest.fixture
+def targets(clock, kind):
+    """Rows a refused trigger must leave alone: a watcher of "ev" and an open approval."""
+    watcher = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="ev")
+    approval = django_wakes.request_approval(workspace_id=APPROVAL_WS, kind=KIND, prompt="Ship?", expires_in="1h")
+    return watcher, approval
+
+
+CREATES = ("schedule", "watch", "request_approval")
+KEY_FIELDS = [
+    *[(entry, field) for entry in CREATES for field in ("workspace_id", "session_id", "serial_key", "idempotency_key")],
+    *[(entry, "kind") for entry in CREATES],
+    ("watch", "event_key"),
+    ("deliver_event", "workspace_id"),
+    ("deliver_event", "event_key"),
+    ("once", "session_id"),
+    ("once", "key"),
+]
+TOO_LONG = object()  # the column's length + 1, per field
+BAD_KEYS = [
+    pytest.param("a\x00b", "NUL", id="nul"),
+    pytest.param("\x00", "NUL", id="only-nul"),
+    pytest.param("lane\ud800", "surrogate", id="lone-high-surrogate"),
+    pytest.param("\udfff", "surrogate", id="lone-low-surrogate"),
+    pytest.param("\ud83d\ude00", "surrogate", id="surrogate-pair-as-two-code-points"),
+    pytest.param(TOO_LONG, "limit", id="one-past-the-column"),
+    pytest.param("", "empty", id="empty"),
+    pytest.param(" \t ", "blank", id="blank"),
+    pytest.param(7, "string", id="int"),
+    pytest.param(b"ws", "string", id="bytes"),
+    pytest.param(True, "string", id="bool"),
+]
+
+
+def _key_call(entry, field, value):
+    if entry == "deliver_event":
+        args = {"workspace_id": WS, "event_key": "ev", field: value}
+        return lambda: django_wakes.deliver_event(**args)
+    if entry == "once":
+        args = {"session_id": "s", "key": "k", field: value}
+        return lambda: django_wakes.once(fn=Effect(), **args)
+    return lambda: _create(entry, **{field: value})
+
+
+@pytest.mark.parametrize(("value", "problem"), BAD_KEYS)
+@pytest.mark.parametrize(("entry", "field"), KEY_FIELDS, ids=[f"{e}.{f}" for e, f in KEY_FIELDS])
+def test_a_key_a_database_would_refuse_is_refused_first(targets, sinks, entry, field, value, problem):
+    if value is TOO_LONG:
+        value = "k" * ((KIND_LENGTH if field == "kind" else KEY_LENGTH) + 1)
+    if field == "kind" and isinstance(value, str) and value:
+        sinks(value)  # a sink exists: only validation stands between the value and the database
+    err = assert_refused(InvalidWake, _key_call(entry, field, value), problem)
+    assert type(err) is InvalidWake
+    assert field in str(err)
+
+
+JSON_FIELDS = [(entry, "intent") for entry in CREATES] + [("deliver_event", "payload"), ("resolve", "answer")]
+BAD_JSON = [
+    pytest.param(lambda: {"note": "a\x00b"}, "['note'] contains a NUL", id="nul-in-a-string"),
+    pytest.param(lambda: ["ok", {"a\x00": 1}], "[1] has a key that contains a NUL", id="nul-in-a-key"),
+    pytest.param(
+        lambda: {"items": [1, {"deep": ["ok", "\ud800"]}]},
+        "['items'][1]['deep'][1] contains a surrogate",
+        id="lone-surrogate-deep-inside",
+    ),
+    pytest.param(lambda: {"\udc00": 1}, "has a key that contains a surrogate", id="surrogate-in-a-key"),
+    pytest.param(lambda: "\ud83d\ude00", "contains a surrogate", id="surrogate-pair-as-two-code-points"),
+    pytest.param(lambda: {"x": math.nan}, "['x'] is nan", id="nan"),
+    pytest.param(lambda: [-math.inf], "[0] is -inf", id="infinity"),
+    pytest.param(lambda: {1: "one"}, "has a key of type int", id="int-key"),
+    pytest.param(lambda: {"b": b"bytes"}, "['b'] is a bytes", id="bytes"),
+    pytest.param(lambda: {"d": [Decimal("1.5")]}, "['d'][0] is a Decimal", id="decimal"),
+    pytest.param(lambda: {"s": {1, 2}}, "['s'] is a set", id="set"),
+    pytest.param(lambda: nested(JSON_MAX_DEPTH + 1), f"nested deeper than {JSON_MAX_DEPTH}", id="one-level-too-deep"),
+    pytest.param(lambda: {"a": nested(JSON_MAX_DEPTH)}, "['a']" + "[0]" * (JSON_MAX_DEPTH - 1), id="too-deep-path"),
+    pytest.param(lambda: nested(100_000), "nested deeper", id="100000-levels-deep"),
+    pytest.param(_cycle, "nested deeper", id="a-list-inside-itself"),
+    pytest.param(lambda: {"blob": "x" * 70_000}, "INTENT_MAX_BYTES", id="over-64-KiB"),
+    pytest.param(lambda: ["x"] * 1_000_000, "INTENT_MAX_BYTES", id="a-million-items"),
+]
+
+
+def _json_call(entry, field, value, approval_token):
+    if entry == "deliver_event":
+        return lambda: django_wakes.deliver_event(workspace_id=WS, event_key="ev", payload=value)
+    if entry == "resolve":
+        return lambda: django_wakes.resolve(approval_token, value, APPROVER)
+    return lambda: _create(entry, **{field: value})
+
+
+@pytest.mark.parametrize(("make", "problem"), BAD_JSON)
+@pytest.mark.parametrize(("entry", "field"), JSON_FIELDS, ids=[f"{e}.{f}" for e, f in JSON_FIELDS])
+def test_json_a_database_would_refuse_is_refused_first(targets, entry, field, make, problem):
+    _, approval = targets
+    err = assert_refused(InvalidIntent, _json_call(entry, field, make(), approval.token))
+    assert str(err).startswith(field), "the message starts with the field"
+    assert problem in str(err)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("make", "problem"), BAD_JSON)
+def test_a_once_result_a_database_would_refuse_is_not_stored(make, problem):
+    effect = Effect(make())
+    with pytest.raises(InvalidIntent) as info:
+        django_wakes.once("s", "k", effect)
+    assert str(info.value).startswith("once() result") and problem in str(info.value)
+    # The effect happened: the receipt says so (without a result), so it never runs again.
+    receipt = Receipt.objects.get(session_id="s", key="k")
+    assert receipt.state == "done" and receipt.result is None
+    assert django_wakes.once("s", "k", effect) is None and effect.calls == 1
+
+
+@pytest.mark.parametrize("entry", CREATES)
+@pytest.mark.parametrize("bad", [2**31, 2**32, 2**63, 10**30, 0, -1, True, "3", 2.0, Decimal(3)])
+def test_max_attempts_beyond_the_column_is_refused_first(targets, entry, bad):
+    err = assert_refused(InvalidWake, lambda: _create(entry, max_attempts=bad), "max_attempts")
+    assert str(POSITIVE_INT_MAX) in str(err)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        pytest.param("Ship\x00it?", id="nul"),
+        pytest.param("Ship it?\ud800", id="lone-surrogate"),
+        pytest.param("x" * (PROMPT_MAX_LENGTH + 1), id="one-past-the-limit"),
+        pytest.param("x" * 10_000_000, id="10-MB"),
+        pytest.param("", id="empty"),
+        pytest.param(" \n ", id="blank"),
+        pytest.param(None, id="none"),
+        pytest.param(b"Ship it?", id="bytes"),
+    ],
+)
+def test_a_prompt_a_database_would_refuse_or_too_long_is_refused_first(targets, prompt):
+    err = assert_refused(InvalidWake, lambda: _create("request_approval", prompt=prompt), "prompt")
+    assert type(err) is InvalidWake
+
+
+@pytest.mark.parametrize("entry", ["cancel", "requeue"])
+@pytest.mark.parametrize("bad", ["abc", "REAL-ID", 1.0, True, False, None, [1], Decimal(1)])
+def test_cancel_and_requeue_take_only_an_int_id(targets, entry, bad):
+    watcher, _ = targets
+    if bad == "REAL-ID":
+        bad = str(watcher.pk)  # a numeric string is not an id either, even one that exists
+    err = assert_refused(InvalidWake, lambda: getattr(django_wakes, entry)(bad), "wake id")
+    assert str(err).startswith(f"{entry}()")
+
+
+@pytest.mark.parametrize("entry", ["cancel", "requeue"])
+@pytest.mark.parametrize("missing", [0, -1, 2**63 - 1, 2**63, 2**64, 10**30])
+def test_an_int_id_no_wake_has_is_not_found_on_every_database(targets, entry, missing):
+    before = _rows()
+    assert getattr(django_wakes, entry)(missing) is False
+    assert _rows() == before
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param("tok\x00en", id="nul"),
+        pytest.param("\x00", id="only-nul"),
+        pytest.param("tok\ud800en", id="lone-surrogate"),
+        pytest.param("", id="empty"),
+        pytest.param(None, id="none"),
+        pytest.param(5, id="int"),
+        pytest.param(b"token", id="bytes"),
+    ],
+)
+def test_a_malformed_token_is_not_found(targets, token):
+    assert_refused(ApprovalNotFound, lambda: django_wakes.resolve(token, True, APPROVER))
+
+
+def test_the_real_token_with_a_nul_appended_is_not_found(targets):
+    _, approval = targets
+    assert_refused(ApprovalNotFound, lambda: django_wakes.resolve(approval.token + "\x00", True, APPROVER))
+
+
+@pytest.mark.parametrize("token_hash", ["a\x00b", "\ud800", "0" * 63 + "\x00", "A" * 64, "g" * 64, "", None])
+def test_a_malformed_token_hash_is_not_found(targets, token_hash):
+    # What the approval page hands the engine from its session.
+    assert_refused(ApprovalNotFound, lambda: engine.resolve_hashed(token_hash, True, APPROVER))
+    assert_refused(ApprovalNotFound, lambda: engine.open_approval(token_hash, APPROVER))
+
+
+@pytest.mark.parametrize("actor", ["ali\x00ce", "alice\ud800"])
+def test_an_actor_name_a_database_would_refuse_is_refused_first(targets, actor):
+    _, approval = targets
+    err = assert_refused(InvalidIntent, lambda: django_wakes.resolve(approval.token, True, actor))
+    assert str(err).startswith("actor")
+
+
+def test_edge_values_every_database_stores_pass_and_come_back_unchanged(clock, sinks):
+    """4-byte characters, keys of exactly the column's length, JSON exactly at the depth limit."""
+    emoji_kind = "🦉" * KIND_LENGTH
+    calls = sinks(emoji_kind)
+    workspace = "😀" * KEY_LENGTH  # names the approver below, for testproject's AUTHORIZE
+    lane = "🦉" * KEY_LENGTH
+    intent = {
+        "deep": nested(JSON_MAX_DEPTH - 1),  # the dict is the first level
+        "big": 2**70,
+        "negative": -(2**70),
+        "half": 0.5,
+        "none": None,
+        "yes": True,
+        "🔑": "𝄞 \u0001 \t",
+    }
+    deep = nested(JSON_MAX_DEPTH)  # a payload and an answer are stored one level down, inside result
+
+    scheduled = django_wakes.schedule(
+        workspace_id=workspace,
+        session_id="  padded, not stripped  ",
+        serial_key=lane,
+        idempotency_key="🦉" * KEY_LENGTH,
+        kind=emoji_kind,
+        intent=intent,
+        max_attempts=POSITIVE_INT_MAX,
+        delay="1m",
+    )
+    watcher = django_wakes.watch(workspace_id=workspace, event_key="😀" * KEY_LENGTH, kind=emoji_kind, intent=deep)
+    assert django_wakes.deliver_event(workspace_id=workspace, event_key="😀" * KEY_LENGTH, payload=deep) == 1
+    approval = django_wakes.request_approval(
+        workspace_id=workspace, prompt="🦉" * PROMPT_MAX_LENGTH, kind=emoji_kind, expires_in="1h"
+    )
+    django_wakes.resolve(approval.token, deep, "😀")
+
+    row = Wake.objects.get(pk=scheduled.pk)
+    assert (row.workspace_id, row.session_id, row.serial_key) == (workspace, "  padded, not stripped  ", lane)
+    assert (row.kind, row.idempotency_key, row.max_attempts) == (emoji_kind, "🦉" * KEY_LENGTH, POSITIVE_INT_MAX)
+    assert row.intent == intent
+    assert Wake.objects.get(pk=watcher.pk).result["payload"] == deep
+    answered = Wake.objects.get(pk=approval.wake.pk)
+    assert answered.prompt == "🦉" * PROMPT_MAX_LENGTH
+    assert answered.result["answer"] == deep and answered.result["resolved_by"] == "😀"
+
+    clock.advance("1m")
+    assert django_wakes.run_due().fired == 3
+    by_id = dict(calls)
+    assert by_id[watcher.pk]["payload"] == deep and by_id[approval.wake.pk]["answer"] == deep
+    assert calls.wakes[[w.pk for w in calls.wakes].index(scheduled.pk)].intent == intent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_edge_values_pass_and_replay_unchanged():
+    session, effect_key = "😀" * KEY_LENGTH, "🦉" * KEY_LENGTH
+    value = {"deep": nested(JSON_MAX_DEPTH - 1), "big": 2**70}
+    effect = Effect(value)
+    assert django_wakes.once(session, effect_key, effect) == value
+    assert django_wakes.once(session, effect_key, effect) == value and effect.calls == 1
+    assert Receipt.objects.get(session_id=session, key=effect_key).result == value
+
+
+def test_the_limits_are_the_documented_ones():
+    assert (JSON_MAX_DEPTH, PROMPT_MAX_LENGTH, POSITIVE_INT_MAX, KEY_LENGTH, KIND_LENGTH) == (
+        30,
+        10_000,
+        2_147_483_647,
+        200,
+        100,
+    )
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for shown in ("30 levels", "10,000 characters", "2,147,483,647", "200 characters", "100 characters"):
+        assert shown in readme, f"README's table of limits should say {shown!r}"
 
 
 # --------------------------------------------------------------------------------------------------

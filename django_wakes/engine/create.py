@@ -21,7 +21,7 @@ from ..exceptions import InvalidWake, UnknownKind
 from ..models import State, TriggerType, Wake
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
-from ..validation import json_value, key, positive_int
+from ..validation import json_value, key, positive_int, prompt_text
 from .shared import after, db_alias, earliest, hash_token, logger
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
@@ -48,11 +48,8 @@ def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> date
     return moment
 
 
-def _check_kind(kind: Any, session_id: str | None) -> str:
-    if not isinstance(kind, str) or not kind:
-        raise InvalidWake("kind must be a non-empty string")
-    if len(kind) > KIND_MAX_LENGTH:
-        raise InvalidWake(f"kind is longer than {KIND_MAX_LENGTH} characters")
+def _check_kind(value: Any, session_id: str | None) -> str:
+    kind = key(value, name="kind", max_length=KIND_MAX_LENGTH)
     if registry.get(kind) is None:
         hint = " (set WAKES['SPAWN_TURN'] to enable it)" if kind == SESSION_TURN else ""
         raise UnknownKind(f"no sink is registered for kind {kind!r}{hint}")
@@ -237,8 +234,7 @@ def request_approval(
     then the valid one (the old one cannot be recovered from the hash).
     """
     now = clock.now()
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidWake("prompt must be a non-empty string")
+    prompt = prompt_text(prompt)
     if expires_in is None and expires_at is None:
         raise InvalidWake("request_approval needs expires_in or expires_at: an unanswered approval must end")
     fields = _common(

@@ -21,10 +21,9 @@ from ..exceptions import (
     ApprovalError,
     ApprovalExpired,
     ApprovalNotFound,
-    InvalidWake,
 )
 from ..models import State, TriggerType, Wake
-from ..validation import json_value, key
+from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from .shared import db_alias, hash_token
 
 
@@ -77,7 +76,7 @@ def open_approval(token_hash: str | None, actor: Any) -> Wake:
     :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or no hook is configured: approvals are
     never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`.
     """
-    if not isinstance(token_hash, str) or not token_hash:
+    if not well_formed_token_hash(token_hash):
         raise ApprovalNotFound("no approval answers to this token")
     wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
     if wake is None:
@@ -99,7 +98,7 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
     Raise what :func:`open_approval` raises; a racing answer that commits first makes this one
     :class:`ApprovalAlreadyResolved`.
     """
-    if not isinstance(token, str) or not token:
+    if not well_formed_token(token):
         raise ApprovalNotFound("no approval answers to this token")
     return resolve_hashed(hash_token(token), answer, actor)
 
@@ -107,10 +106,11 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
 def resolve_hashed(token_hash: str | None, answer: Any, actor: Any) -> Wake:
     """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
     answer = json_value(answer, name="answer")
+    resolved_by = json_value(_actor_name(actor), name="actor")
     wake = open_approval(token_hash, actor)
     using = db_alias()
     now = clock.now()
-    result = {"trigger": TriggerType.ON_APPROVAL.value, "answer": answer, "resolved_by": _actor_name(actor)}
+    result = {"trigger": TriggerType.ON_APPROVAL.value, "answer": answer, "resolved_by": resolved_by}
     won = (
         Wake.objects.using(using)
         .filter(pk=wake.pk, state=State.PENDING, fire_at__isnull=True, expires_at__gt=now)
@@ -129,8 +129,7 @@ def cancel(wake_id: int) -> bool:
     A firing occurrence of a recurring chain cannot be stopped mid-fire, but cancelling it ends the
     chain: no further occurrence is scheduled when it settles (and ``True`` is returned).
     """
-    if isinstance(wake_id, bool) or not isinstance(wake_id, int):
-        raise InvalidWake(f"cancel() takes a wake id (an int), got {type(wake_id).__name__}")
+    wake_id = wake_pk(wake_id, caller="cancel()")
     now = clock.now()
     using = db_alias()
     cancelled = (
@@ -160,6 +159,7 @@ def requeue(wake_id: int) -> bool:
     the same trigger again. A dead occurrence of a recurring chain booked its successor when it
     died, so its own chain is closed here (as :func:`cancel` does) to book no second successor.
     """
+    wake_id = wake_pk(wake_id, caller="requeue()")
     now = clock.now()
     using = db_alias()
     recurring = ~Q(cron="") | Q(every__isnull=False)
