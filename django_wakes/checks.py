@@ -2,12 +2,13 @@
 
 | id | problem |
 | --- | --- |
-| E001 | a duration setting (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, BACKOFF BASE/MAX) is not a valid duration |
+| E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, BACKOFF) is not valid |
 | E002 | a hook (SPAWN_TURN, AUTHORIZE) is neither a callable nor an importable dotted path |
 | E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES) is not a positive integer |
 | E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
 | E005 | SINKS is not a dict of kind -> callable or importable dotted path |
 | E006 | POLL_INTERVAL is not a positive number of seconds |
+| E007 | PUSH_DATABASE names no alias in DATABASES |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -29,7 +30,9 @@ from .durations import parse_duration
 from .exceptions import InvalidDuration
 
 #: Duration settings and whether zero is allowed (a zero lease would make every claim lapse at once).
-DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER": True}
+DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER": True, "RUNNER_DB_TIMEOUT": False}
+#: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
+NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
 POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES")
 HOOKS = ("SPAWN_TURN", "AUTHORIZE")
 
@@ -44,6 +47,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         *_backoff(),
         *_sinks(),
         *_poll_interval(),
+        *_push_database(),
         *_missing_hooks(),
     ]
 
@@ -65,7 +69,7 @@ def _duration_error(value: Any, name: str, *, allow_zero: bool) -> CheckMessage 
 def _durations() -> Iterator[CheckMessage]:
     for name, allow_zero in DURATIONS.items():
         value = wakes_settings.get(name)
-        if name == "GC_AFTER" and value is None:  # gc disabled
+        if name in NULLABLE and value is None:
             continue
         error = _duration_error(value, f"WAKES[{name!r}]", allow_zero=allow_zero)
         if error is not None:
@@ -136,6 +140,16 @@ def _poll_interval() -> Iterator[CheckMessage]:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         yield Error(
             f"WAKES['POLL_INTERVAL'] must be a positive number of seconds, got {value!r}", id="django_wakes.E006"
+        )
+
+
+def _push_database() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("PUSH_DATABASE")
+    if value is not None and value not in settings.DATABASES:
+        yield Error(
+            f"WAKES['PUSH_DATABASE'] is {value!r}, which is not an alias in DATABASES",
+            hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
+            id="django_wakes.E007",
         )
 
 

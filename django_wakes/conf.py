@@ -3,7 +3,8 @@
 Defaults (every key optional)::
 
     WAKES = {
-        "LEASE": "5m",            # how long a claim is held before another runner may re-drive it
+        "LEASE": "15s",           # a claim's lease, renewed by a heartbeat every LEASE/3; a killed
+                                  # runner's wakes are re-driven within LEASE + POLL_INTERVAL
         "MAX_ATTEMPTS": 5,        # default max_attempts of a new wake; then it goes `dead`
         "BACKOFF": {"BASE": "10s", "FACTOR": 2.0, "MAX": "1h"},   # retry delay after a failure
         "INTENT_MAX_BYTES": 65536,   # JSON size limit for intent, payload and answer
@@ -15,6 +16,8 @@ Defaults (every key optional)::
         "BATCH": 100,             # wakes claimed per pass by default
         "GC_AFTER": "30d",        # terminal rows older than this are deleted by gc (None: never)
         "POLL_INTERVAL": 1.0,     # seconds between runner passes at most (the backstop)
+        "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
+        "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
     }
 """
 
@@ -30,7 +33,7 @@ from django.utils.module_loading import import_string
 from .durations import parse_duration
 
 DEFAULTS: dict[str, Any] = {
-    "LEASE": "5m",
+    "LEASE": "15s",
     "MAX_ATTEMPTS": 5,
     "BACKOFF": {"BASE": "10s", "FACTOR": 2.0, "MAX": "1h"},
     "INTENT_MAX_BYTES": 64 * 1024,
@@ -42,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "BATCH": 100,
     "GC_AFTER": "30d",
     "POLL_INTERVAL": 1.0,
+    "RUNNER_DB_TIMEOUT": "30s",
+    "PUSH_DATABASE": None,
 }
 
 
@@ -117,6 +122,16 @@ class WakesSettings:
     @property
     def poll_interval(self) -> float:
         return float(self.get("POLL_INTERVAL"))
+
+    @property
+    def runner_db_timeout(self) -> timedelta | None:
+        value = self.get("RUNNER_DB_TIMEOUT")
+        return None if value is None else parse_duration(value, name="WAKES['RUNNER_DB_TIMEOUT']", allow_zero=False)
+
+    @property
+    def push_database(self) -> str | None:
+        value = self.get("PUSH_DATABASE")
+        return None if value is None else str(value)
 
     def backoff(self, attempts: int) -> timedelta:
         """Return the delay before retry number ``attempts`` (1-based), capped at ``BACKOFF.MAX``."""

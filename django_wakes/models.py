@@ -14,6 +14,7 @@ __all__ = [
     "LIVE_STATES",
     "TERMINAL_STATES",
     "CatchUp",
+    "Fence",
     "Outcome",
     "Receipt",
     "ReceiptState",
@@ -66,6 +67,23 @@ class Wake(models.Model):
     lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
     claim_token = models.CharField(_("claim token"), max_length=32, null=True, blank=True, editable=False)
     claimed_by = models.CharField(_("claimed by"), max_length=KEY_LENGTH, blank=True, default="")
+    fence = models.BigIntegerField(
+        _("fencing token"),
+        default=0,
+        help_text=_(
+            "Grows with every claim of this wake and of its lane: hand it to an external system so it can "
+            "refuse a writer holding an older one (a runner that stalled past its lease)."
+        ),
+    )
+    guarded = models.BooleanField(
+        _("start recorded"),
+        default=False,
+        help_text=_(
+            "Set once a runner died holding this wake: from then on each claim records when its sink starts, "
+            "so only an attempt whose sink really started is charged when a runner dies again."
+        ),
+    )
+    sink_started_at = models.DateTimeField(_("sink started"), null=True, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=5)
     last_error = models.TextField(_("last error"), blank=True, default="")
@@ -155,6 +173,9 @@ class WakeAttempt(models.Model):
     wake = models.ForeignKey(Wake, on_delete=models.CASCADE, related_name="attempt_log")
     number = models.PositiveIntegerField(_("attempt"))
     runner_id = models.CharField(_("runner"), max_length=KEY_LENGTH, blank=True, default="")
+    fence = models.BigIntegerField(
+        _("fencing token"), default=0, help_text=_("The fencing token of the claim this attempt ran under.")
+    )
     started_at = models.DateTimeField(_("started"))
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     outcome = models.CharField(_("outcome"), max_length=max(len(v) for v in Outcome.values), choices=Outcome.choices)
@@ -200,6 +221,23 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt {self.session_id}/{self.key} ({self.state})"
+
+
+class Fence(models.Model):
+    """The fencing-token sequence: each claim pass inserts one row, and its id fences that pass's claims.
+
+    An auto-increment id taken after the claimed rows are locked is larger than any token an earlier
+    claim of the same wake or lane got, on every database; ``gc`` deletes all but the newest row.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+
+    class Meta:
+        verbose_name = _("fencing token")
+        verbose_name_plural = _("fencing tokens")
+
+    def __str__(self) -> str:
+        return f"fence {self.pk}"
 
 
 class Runner(models.Model):

@@ -21,6 +21,7 @@ from django.db import connections, router
 
 from . import clock, signals
 from .conf import wakes_settings
+from .outage import OutageLog
 
 logger = logging.getLogger("django_wakes")
 
@@ -90,11 +91,13 @@ class Listener(threading.Thread):
     """LISTEN for due-now hints on a PostgreSQL connection of its own; call ``on_hint(due_at)``."""
 
     def __init__(self, alias: str, on_hint: Callable[[datetime | None], None]) -> None:
+        """Listen on ``alias``: a direct connection (LISTEN does not work through a transaction pooler)."""
         super().__init__(name="django-wakes-listen", daemon=True)
         self.alias = alias
         self.on_hint = on_hint
         self.stopping = threading.Event()
         self.ready = threading.Event()
+        self.outage = OutageLog("push listener (polling covers the gap)")
 
     @staticmethod
     def supported(alias: str) -> bool:
@@ -116,6 +119,7 @@ class Listener(threading.Thread):
                 connection.ensure_connection()
                 raw = connection.connection
                 raw.execute(f"LISTEN {CHANNEL}")
+                self.outage.succeeded()
                 self.ready.set()
                 while not self.stopping.is_set():
                     for notice in raw.notifies(timeout=0.5):
@@ -124,8 +128,7 @@ class Listener(threading.Thread):
                         except ValueError:
                             due = None
                         self.on_hint(due)
-            except Exception:  # reconnect after a pause; meanwhile the poll covers us
-                logger.warning("LISTEN connection failed; relying on polling until it is back", exc_info=True)
-                self.stopping.wait(1.0)
+            except Exception as exc:  # reconnect after a pause; meanwhile the poll covers us
+                self.stopping.wait(min(self.outage.failed(exc), 2.0))
             finally:
                 connection.close()

@@ -5,6 +5,14 @@ Between passes a runner sleeps until the earliest of: the next known due time (`
 hint (a wake created due-now in this process, or a PostgreSQL NOTIFY). Leases of the wakes in hand
 are renewed by a heartbeat so a slow sink is not re-driven; the heartbeat also keeps this runner's
 row in :class:`~django_wakes.models.Runner` fresh for operators.
+
+A runner outlives its database's bad minutes: every pass, settle, heartbeat and registration that
+fails with a transient database error (connection lost, restart, failover, read-only) is tried
+again with capped, jittered backoff, logged once when the outage starts and once when it ends. Only
+signals end a runner. And it starts a sink only while it *knows* its lease is good: each claim
+remembers when its lease was last confirmed (claimed, or renewed by a heartbeat that saw the row
+still held under its token); a claim whose confirmation is older than half the lease — the runner
+stalled, or lost the database — is handed back unstarted instead of fired.
 """
 
 from __future__ import annotations
@@ -17,22 +25,30 @@ import threading
 import time
 from datetime import datetime, timedelta
 from types import FrameType
+from typing import Any
 
 from django.db import connections
 
 from . import clock, engine, push
 from .conf import wakes_settings
-from .engine import Claim, RunReport, runners
+from .engine import TRANSIENT_ERRORS, Claim, RunReport, runners
+from .outage import OutageLog
 from .states import Disposition
 
 logger = logging.getLogger("django_wakes")
+
+#: A claim's sink starts only while its lease was confirmed less than this fraction of the lease ago.
+SAFE_LEASE_FRACTION = 0.5
+#: How strongly the latest sink duration moves the running average the batch size is planned from.
+DURATION_SMOOTHING = 0.2
 
 
 class Sweeper:
     """Claim and fire due wakes until :meth:`stop`; the ``runwakes`` command builds and runs one.
 
     Named for what it does (it sweeps the table for due wakes); the :class:`~django_wakes.models.Runner`
-    model is the registry row each sweeper keeps fresh for operators."""
+    model is the registry row each sweeper keeps fresh for operators.
+    """
 
     def __init__(
         self,
@@ -63,7 +79,15 @@ class Sweeper:
         # wake finishing during a graceful shutdown keeps its lease and is not re-driven elsewhere.
         self._finished = threading.Event()
         self._wakeup = threading.Event()
+        self._beat_now = threading.Event()
+        # The claims in hand, and per claim (by wake id) what the runner knows locally: when its lease
+        # was last confirmed (time.monotonic), whether its sink started, whether it was lost to
+        # another runner. One lock guards all of it, so a sink never starts for a claim that the
+        # heartbeat has just found lost or handed back.
         self._in_hand: dict[int, Claim] = {}
+        self._confirmed: dict[int, float] = {}
+        self._started: dict[int, float] = {}
+        self._lost: set[int] = set()
         self._in_hand_lock = threading.Lock()
         # --concurrency > 1: claimed wakes wait in this queue for the fire threads (each keeps its own
         # database connection for its whole life). unfinished_tasks counts queued + firing wakes.
@@ -75,6 +99,9 @@ class Sweeper:
         self._next_gc = time.monotonic() + first_gc
         # When the sleeping loop means to wake up; None while a pass runs (then every nudge counts).
         self._planned: datetime | None = None
+        self._sink_seconds = 0.0  # running average of sink durations, for planning batch sizes
+        self._passes = OutageLog(f"runner {self.runner_id}")
+        self._beats = OutageLog(f"runner {self.runner_id} heartbeat")
         self.totals = RunReport()
 
     # -- control ---------------------------------------------------------------------------------
@@ -89,9 +116,14 @@ class Sweeper:
             self._wakeup.set()
 
     def stop(self) -> None:
-        """Stop claiming; the wakes in hand are finished (within ``shutdown_timeout``)."""
+        """Stop claiming and hand back unstarted claims at once; a sink already running is finished.
+
+        The hand-back runs on the heartbeat thread (its own connection), so it happens even while the
+        main thread is inside a sink that hangs.
+        """
         self.stopping.set()
         self._wakeup.set()
+        self._beat_now.set()
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:
@@ -115,29 +147,64 @@ class Sweeper:
         )
         os._exit(0)
 
-    # -- one pass --------------------------------------------------------------------------------
+    # -- what this runner knows about its claims --------------------------------------------------
 
-    def run_once(self) -> RunReport:
-        """Claim one batch and fire it here with the engine's pass loop; used by ``--once`` and the demo.
+    @property
+    def safe_lease_seconds(self) -> float:
+        return self.lease.total_seconds() * SAFE_LEASE_FRACTION
 
-        Claims still unstarted when a stop is requested are handed back, uncharged.
+    def may_start(self, claim: Claim) -> bool:
+        """Whether ``claim``'s sink may start now; if so, it counts as started from here on.
+
+        No when stopping, when the heartbeat found the claim taken over, or when its lease was last
+        confirmed longer ago than :data:`SAFE_LEASE_FRACTION` of the lease (this runner stalled or
+        lost the database: another runner may already own the wake).
         """
-        drop_broken_connections()
-        claims = self._claim(self.batch)
-        report = engine.fire_claims(
-            claims, settle_window=self.settle_window, should_stop=self.stopping.is_set, on_settled=self._settled
-        )
-        if len(claims) < self.batch:
-            engine.observe_unwakeable()
-        report.next_at = engine.next_due_at()
-        return report
+        wake_id = claim.wake.pk
+        now = time.monotonic()
+        with self._in_hand_lock:
+            if self.stopping.is_set() or wake_id in self._lost or wake_id not in self._in_hand:
+                return False
+            age = now - self._confirmed.get(wake_id, float("-inf"))
+            if age >= self.safe_lease_seconds:
+                self._lost.add(wake_id)
+                stale = True
+            else:
+                self._started[wake_id] = now
+                stale = False
+        if stale:
+            logger.warning(
+                "not starting wake %s: its lease was last confirmed %.1fs ago (lease %.1fs); handing it back",
+                wake_id,
+                age,
+                self.lease.total_seconds(),
+            )
+        return not stale
 
     def _settled(self, claim: Claim, outcome: engine.FireOutcome) -> None:
         """Drop a settled claim from the leases the heartbeat renews, and count it."""
+        wake_id = claim.wake.pk
         with self._in_hand_lock:
-            self._in_hand.pop(claim.wake.pk, None)
-            self.totals.add(claim.wake.pk, outcome)
+            self._in_hand.pop(wake_id, None)
+            self._confirmed.pop(wake_id, None)
+            self._lost.discard(wake_id)
+            started = self._started.pop(wake_id, None)
+            self.totals.add(wake_id, outcome)
             self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
+            if started is not None:
+                took = time.monotonic() - started
+                self._sink_seconds += DURATION_SMOOTHING * (took - self._sink_seconds)
+
+    def _forget(self, claims: list[Claim]) -> None:
+        """Stop renewing ``claims`` (a pass broke off): unstarted ones are handed back, or lapse uncharged."""
+        for claim in claims:
+            with self._in_hand_lock:
+                if claim.wake.pk not in self._in_hand:
+                    continue
+                unstarted = claim.wake.pk not in self._started
+            if unstarted:
+                engine.hand_back(claim)
+            self._settled(claim, engine.FireOutcome(Disposition.RELEASED, settled=False))
 
     @property
     def fired(self) -> int:
@@ -147,39 +214,75 @@ class Sweeper:
     def failed(self) -> int:
         return self.totals.failed
 
+    def planned_batch(self) -> int:
+        """How many wakes to claim: no more than this runner can start within half a lease."""
+        if self._sink_seconds <= 0:
+            return self.batch
+        can_start = int(self.safe_lease_seconds * self.concurrency / self._sink_seconds)
+        return max(1, min(self.batch, can_start))
+
+    # -- one pass --------------------------------------------------------------------------------
+
+    def run_once(self) -> RunReport:
+        """Claim one batch and fire it here with the engine's pass loop; used by ``--once`` and the demo.
+
+        Claims not started when a stop is requested (or whose lease is no longer known to be good)
+        are handed back, uncharged. A settle the database refuses is tried until it succeeds.
+        """
+        drop_broken_connections()
+        limit = self.planned_batch()
+        claims = self._claim(limit)
+        try:
+            report = engine.fire_claims(
+                claims,
+                settle_window=self.settle_window,
+                may_start=self.may_start,
+                on_settled=self._settled,
+                tries=None,
+            )
+        except BaseException:
+            self._forget(claims)
+            raise
+        if len(claims) < limit:
+            engine.observe_unwakeable()
+        report.next_at = engine.next_due_at()
+        return report
+
     def _claim(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
+        asked = time.monotonic()  # the lease runs from no earlier than this
         claims = engine.claim_batch(runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease)
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim
+                self._confirmed[claim.wake.pk] = asked
         takeovers = sum(1 for claim in claims if claim.takeover)
         if takeovers:
             logger.info("re-driving %d wake(s) whose lease had lapsed", takeovers)
         return claims
 
     def _fire(self, claim: Claim) -> engine.FireOutcome:
-        try:
-            outcome = engine.fire(claim)
-        except BaseException:
-            with self._in_hand_lock:
-                self._in_hand.pop(claim.wake.pk, None)
-            raise
+        if not self.may_start(claim):
+            engine.hand_back(claim)
+            outcome = engine.FireOutcome(Disposition.RELEASED, settled=True)
+        else:
+            try:
+                outcome = engine.fire(claim, tries=None)
+            except BaseException:
+                self._forget([claim])
+                raise
         self._settled(claim, outcome)
         return outcome
-
-    def _release(self, claim: Claim) -> None:
-        engine.release(claim)
-        self._settled(claim, engine.FireOutcome(Disposition.RELEASED, settled=True))
 
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> None:
         """Register, recover lapsed leases, then loop until stopped; always deregister on the way out."""
+        apply_client_timeouts()
         push.register_local(self)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-wakes-heartbeat", daemon=True)
         listener = None
-        alias = engine.db_alias()
+        alias = wakes_settings.push_database or engine.db_alias()
         if self.listen and push.Listener.supported(alias):
             listener = push.Listener(alias, self.nudge)
             listener.start()
@@ -194,11 +297,17 @@ class Sweeper:
             self._register()
             heartbeat.start()
             # Boot recovery is the first pass: claim_batch takes over lapsed leases before anything
-            # else, and through _claim they are in hand, with this runner's lease and heartbeat
-            # (engine.recover would fire them under WAKES['LEASE'] with no renewal).
+            # else, and through _claim they are in hand, with this runner's lease and heartbeat.
             while not self.stopping.is_set():
-                self._maybe_gc()
-                next_at, busy = self._pass()
+                try:
+                    self._maybe_gc()
+                    next_at, busy = self._pass()
+                except TRANSIENT_ERRORS as exc:
+                    drop_broken_connections()
+                    self._wakeup.wait(self._passes.failed(exc))
+                    self._wakeup.clear()
+                    continue
+                self._passes.succeeded()
                 if self.stopping.is_set():
                     break
                 if busy:
@@ -212,6 +321,7 @@ class Sweeper:
             self.stopping.set()
             self._finished.set()
             self._wakeup.set()
+            self._beat_now.set()
             for _ in self._workers:
                 self._queue.put(None)
             self._deregister()
@@ -222,16 +332,18 @@ class Sweeper:
         self._planned = None
         self._wakeup.clear()
         if not self._workers:
+            limit = self.planned_batch()
             report = self.run_once()
-            return report.next_at, report.claimed >= self.batch
+            return report.next_at, report.claimed >= limit
         drop_broken_connections()
         if self._queue.unfinished_tasks >= self.concurrency:
             self._wakeup.wait(self.interval)  # every fire thread is busy; one finishing sets _wakeup
             return None, True
-        claims = self._claim(self.batch)
+        limit = self.planned_batch()
+        claims = self._claim(limit)
         for claim in claims:
             self._queue.put(claim)
-        if len(claims) < self.batch:
+        if len(claims) < limit:
             engine.observe_unwakeable()
         if claims:
             return None, True
@@ -245,10 +357,7 @@ class Sweeper:
                 try:
                     if claim is None:
                         return
-                    if self.stopping.is_set():
-                        self._release(claim)
-                    else:
-                        self._fire(claim)
+                    self._fire(claim)
                 except Exception:  # the lease lapses and another pass re-drives it
                     logger.exception("firing wake %s crashed its fire thread's step", claim.wake.pk if claim else "?")
                     drop_broken_connections()
@@ -296,31 +405,112 @@ class Sweeper:
 
     def _heartbeat_loop(self) -> None:
         try:
-            while not self._finished.wait(self.heartbeat_period):
+            while not self._finished.is_set():
+                self._beat_now.wait(self.heartbeat_period)
+                self._beat_now.clear()
+                if self._finished.is_set():
+                    return
                 try:
+                    if self.stopping.is_set():
+                        self.hand_back_unstarted()
                     self.heartbeat()
-                except Exception:  # the next beat tries again; a lapsed lease is the worst case
-                    logger.warning("heartbeat failed", exc_info=True)
-                    connections.close_all()
+                except TRANSIENT_ERRORS as exc:  # the next beat tries again; a lapsed lease is the worst case
+                    drop_broken_connections()
+                    self._beat_now.wait(min(self._beats.failed(exc), self.heartbeat_period))
+                    continue
+                except Exception:
+                    logger.exception("heartbeat failed")
+                    drop_broken_connections()
+                    continue
+                self._beats.succeeded()
         finally:
             connections.close_all()
 
     def heartbeat(self) -> int:
-        """Renew the leases of the wakes in hand and this runner's row; return leases renewed."""
+        """Renew the leases of the wakes in hand and this runner's row; return leases renewed.
+
+        A claim the renewal finds taken over by another runner is marked lost: its sink will not start.
+        """
+        asked = time.monotonic()
         with self._in_hand_lock:
             in_hand = list(self._in_hand.values())
-        renewed = engine.renew_leases(in_hand, self.lease)
+        held = engine.renew_leases(in_hand, self.lease)
+        with self._in_hand_lock:
+            for claim in in_hand:
+                wake_id = claim.wake.pk
+                if wake_id not in self._in_hand:
+                    continue
+                if wake_id in held:
+                    self._confirmed[wake_id] = max(self._confirmed.get(wake_id, asked), asked)
+                else:
+                    self._lost.add(wake_id)
         runners.beat(self.runner_id, self.lease)
-        return renewed
+        return len(held)
+
+    def hand_back_unstarted(self) -> int:
+        """Release every claim in hand whose sink has not started (graceful shutdown); return how many."""
+        with self._in_hand_lock:
+            unstarted = [c for i, c in self._in_hand.items() if i not in self._started and i not in self._lost]
+            self._lost.update(c.wake.pk for c in unstarted)  # may_start now says no to each of them
+        released = sum(1 for claim in unstarted if engine.release(claim))
+        if released:
+            logger.info("handed back %d unstarted wake(s) on shutdown", released)
+        return released
 
     def _register(self) -> None:
-        runners.register(self.runner_id)
+        """Register this runner, trying until the database answers (or a signal stops it)."""
+        outage = OutageLog(f"runner {self.runner_id} registration")
+        while not self.stopping.is_set():
+            try:
+                runners.register(self.runner_id)
+            except TRANSIENT_ERRORS as exc:
+                drop_broken_connections()
+                self.stopping.wait(outage.failed(exc))
+                continue
+            outage.succeeded()
+            return
 
     def _deregister(self) -> None:
         try:
             runners.deregister(self.runner_id)
         except Exception:  # the row ages out by itself
             logger.debug("could not deregister runner %s", self.runner_id, exc_info=True)
+
+
+def apply_client_timeouts(timeout: timedelta | None = None) -> None:
+    """Give this process's connections bounded network timeouts, where the project set none.
+
+    A runner cut off from its database must notice within a bounded time rather than hang in a
+    read forever. PostgreSQL (libpq): ``connect_timeout``, TCP keepalives and ``tcp_user_timeout``;
+    MariaDB/MySQL (mysqlclient): ``connect_timeout``, ``read_timeout``, ``write_timeout``. Values the
+    project put in ``OPTIONS`` win. ``WAKES['RUNNER_DB_TIMEOUT']`` (default 30 s; ``None``: leave the
+    driver's defaults) sets them; note that a sink's own query running longer than it on MariaDB
+    is cut off too.
+    """
+    timeout = timeout if timeout is not None else wakes_settings.runner_db_timeout
+    if timeout is None:
+        return
+    seconds = max(1, int(timeout.total_seconds()))
+    for alias in connections:
+        config: dict[str, Any] = connections.settings[alias]
+        options = config.setdefault("OPTIONS", {})
+        vendor = config.get("ENGINE", "")
+        if vendor.endswith("postgresql"):
+            options.setdefault("connect_timeout", min(seconds, 10))
+            options.setdefault("keepalives", 1)
+            options.setdefault("keepalives_idle", max(1, seconds // 6))
+            options.setdefault("keepalives_interval", max(1, seconds // 10))
+            options.setdefault("keepalives_count", 3)
+            options.setdefault("tcp_user_timeout", seconds * 1000)
+        elif vendor.endswith("mysql"):
+            options.setdefault("connect_timeout", min(seconds, 10))
+            options.setdefault("read_timeout", seconds)
+            options.setdefault("write_timeout", seconds)
+        else:
+            continue
+        existing = connections[alias]
+        if existing.connection is not None and not existing.in_atomic_block:
+            existing.close()  # reconnect with the new options
 
 
 def drop_broken_connections() -> None:

@@ -70,7 +70,9 @@ class Outcome(models.TextChoices):
     STOPPED = "stopped", _("stopped its chain")
     """The sink returned ``Stop``: fired, and its recurring chain ends."""
     INTERRUPTED = "interrupted", _("interrupted")
-    """The runner lost its lease mid-fire (crash, kill, stall); another runner took over."""
+    """Its sink started, then the runner lost its lease (crash, kill, stall); another took over. Charged."""
+    ABANDONED = "abandoned", _("abandoned (not charged)")
+    """The runner lost its lease before its sink was known to start; another took over. Not charged."""
 
 
 class Disposition(StrEnum):

@@ -21,8 +21,9 @@ recorded by different processes on one machine are comparable.
     Does what its wake's ``intent`` says, so each test decides per wake: a ``start`` line *before*
     anything else (a process killed mid-sink leaves a start without an end), then a sleep of
     ``sleep`` seconds or a random ``sleep_min``..``sleep_max`` (only on the attempt numbers in
-    ``slow_attempts``, if given), then a ``raise`` line and an exception if ``fail``, else an
-    ``end`` line. Lines carry the wake id, lane, pid, thread, attempt number, claim token, trigger
+    ``slow_attempts``, if given; with ``slow_until_guarded``, only until a runner died holding the
+    wake), then a ``raise`` line and an exception if ``fail``, else an
+    ``end`` line. Lines carry the wake id, lane, pid, thread, attempt number, claim token, fencing token, trigger
     and ``t``.
 """
 
@@ -100,10 +101,14 @@ def intent(wake: Any, result: dict[str, Any]) -> None:
         "thread": threading.get_ident(),
         "attempt": wake.attempts,
         "token": wake.claim_token,
+        "fence": wake.fence,
         "trigger": result.get("trigger"),
     }
     _append("probe.intent", {**base, "phase": "start", "t": time.monotonic_ns()})
-    if "slow_attempts" in steer and wake.attempts not in steer["slow_attempts"]:
+    fast_this_time = ("slow_attempts" in steer and wake.attempts not in steer["slow_attempts"]) or (
+        steer.get("slow_until_guarded") and wake.guarded  # slow only until a runner died holding it
+    )
+    if fast_this_time:
         pass
     elif "sleep_max" in steer:
         time.sleep(random.uniform(float(steer.get("sleep_min", 0)), float(steer["sleep_max"])))

@@ -126,7 +126,7 @@ def test_fake_clock_advances_and_sets_and_restores_the_real_clock():
 
 def test_settings_defaults_and_overrides_are_read_lazily(settings):
     settings.WAKES = {}
-    assert wakes_settings.lease == timedelta(minutes=5)
+    assert wakes_settings.lease == timedelta(seconds=15)  # a killed runner's wakes are re-driven in seconds
     assert wakes_settings.max_attempts == 5
     assert wakes_settings.intent_max_bytes == 64 * 1024
     assert wakes_settings.spawn_turn is None

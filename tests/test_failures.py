@@ -421,14 +421,16 @@ def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is
     settled = row(wake)
     assert settled.state == State.FIRED
     assert settled.claimed_by == "B"
-    assert settled.attempts == 2
+    # A's sink was never known to start (the wake was not guarded yet): that attempt is not charged
+    assert settled.attempts == 1
+    assert settled.guarded is True
     assert settled.lane_lock is None
     history = attempts_of(wake)
     assert [(a.number, a.runner_id, a.outcome) for a in history] == [
-        (1, "A", Outcome.INTERRUPTED),
-        (2, "B", Outcome.FIRED),
+        (1, "A", Outcome.ABANDONED),
+        (1, "B", Outcome.FIRED),
     ]
-    assert "lease lapsed" in history[0].error
+    assert "lease lapsed" in history[0].error and "not charged" in history[0].error
 
     # runner A wakes up from its stall and finishes: its outcome must not overwrite B's
     settled_at = settled.settled_at
@@ -439,7 +441,7 @@ def test_lapsed_lease_is_redriven_with_the_persisted_result_and_late_finisher_is
     assert after.state == State.FIRED
     assert after.claimed_by == "B"
     assert after.settled_at == settled_at
-    assert after.attempts == 2
+    assert after.attempts == 1
     assert len(attempts_of(wake)) == 2
     assert calls.results == [expected, expected]  # A's sink ran (at-least-once), its settle did not
 
@@ -475,24 +477,62 @@ def test_recover_redrives_every_lapsed_lease(clock, sinks, lease):
     assert sorted(calls.ids) == sorted(w.pk for w in wakes)
     for wake in wakes:
         assert row(wake).state == State.FIRED
-        assert [a.outcome for a in attempts_of(wake)] == [Outcome.INTERRUPTED, Outcome.FIRED]
+        assert [a.outcome for a in attempts_of(wake)] == [Outcome.ABANDONED, Outcome.FIRED]
 
 
-def test_a_wake_interrupted_max_attempts_times_goes_dead(clock, sinks, lease):
-    calls = sinks(KIND)
+class ProcessDied(BaseException):
+    """Stands for a sink that kills its process: nothing in the engine catches it."""
+
+
+def test_a_wake_whose_sink_kills_its_runner_goes_dead_after_its_own_attempts(clock, sinks, lease):
+    """The first death is not charged (unknown whether the sink started); from then on starts are recorded."""
+    calls = sinks(KIND, then=ProcessDied())
     wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=2)
-    engine.claim_batch(runner_id="A")  # attempt 1, stalls
-    clock.advance(lease)
-    (claim_b,) = engine.claim_batch(runner_id="B")  # attempt 2, stalls too
-    assert claim_b.wake.attempts == 2
-    clock.advance(lease)
-    assert engine.claim_batch(runner_id="C") == []
+    for runner in ("A", "B", "C"):
+        (claim,) = engine.claim_batch(runner_id=runner)
+        with pytest.raises(ProcessDied):
+            engine.run_sink(claim)
+        clock.advance(lease)
+    assert engine.claim_batch(runner_id="D") == []
     dead = row(wake)
-    assert dead.state == State.DEAD
+    assert dead.state == State.DEAD and dead.guarded
     assert "interrupted" in dead.last_error
     assert dead.lane_lock is None and dead.lease_until is None
-    assert [a.outcome for a in attempts_of(wake)] == [Outcome.INTERRUPTED, Outcome.INTERRUPTED]
-    assert calls == []
+    assert [(a.number, a.runner_id, a.outcome) for a in attempts_of(wake)] == [
+        (1, "A", Outcome.ABANDONED),
+        (1, "B", Outcome.INTERRUPTED),
+        (2, "C", Outcome.INTERRUPTED),
+    ]
+    assert len(calls) == 3
+
+
+def test_claims_whose_sinks_never_started_are_never_charged(clock, sinks, lease):
+    """Batch-mates of a poisoned wake: a guarded claim that lapses unstarted is abandoned, not charged."""
+    calls = sinks(KIND)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=1)
+    for runner in ("A", "B", "C", "D"):
+        (claim,) = engine.claim_batch(runner_id=runner)
+        assert claim.wake.attempts == 1
+        clock.advance(lease)  # the runner dies before starting this sink
+    assert row(wake).state == State.FIRING
+    assert {a.outcome for a in attempts_of(wake)} == {Outcome.ABANDONED}
+    assert django_wakes.run_due(runner_id="E").fired == 1
+    assert row(wake).state == State.FIRED and row(wake).attempts == 1
+    assert len(calls) == 1
+
+
+def test_each_claim_gets_a_larger_fencing_token_across_wakes_of_a_lane(clock, sinks, lease):
+    seen: list[tuple[int, int]] = []
+    sinks(KIND, then=lambda wake, result: seen.append((wake.pk, wake.fence)))
+    first = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    second = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    (stale,) = engine.claim_batch(runner_id="A")
+    clock.advance(lease)  # A stalls; B takes the first wake over with a larger token
+    django_wakes.run_due(runner_id="B")
+    django_wakes.run_due(runner_id="B")
+    assert [pk for pk, _ in seen] == [first.pk, second.pk]
+    assert stale.wake.fence < seen[0][1] < seen[1][1]
+    assert row(first).fence == seen[0][1] and row(second).fence == seen[1][1]
 
 
 def test_a_lapsed_lane_holder_keeps_its_lane_until_redriven(clock, sinks, lease):
@@ -539,7 +579,7 @@ def test_a_sink_outliving_its_lease_is_fenced_in_the_run_report(clock, sinks, le
     assert held.state == State.FIRING and held.claimed_by == "B"
     assert engine.fire(taken_over[0]).settled is True
     assert row(wake).state == State.FIRED
-    assert [(a.runner_id, a.outcome) for a in attempts_of(wake)] == [("A", Outcome.INTERRUPTED), ("B", Outcome.FIRED)]
+    assert [(a.runner_id, a.outcome) for a in attempts_of(wake)] == [("A", Outcome.ABANDONED), ("B", Outcome.FIRED)]
     assert len(calls) == 2
 
 
@@ -570,7 +610,7 @@ def test_a_batch_of_successes_settles_together_and_fences_a_taken_over_wake(cloc
             (1, "A", outcomes[pk])
         ]
     assert [(a.runner_id, a.outcome) for a in WakeAttempt.objects.filter(wake_id=victim)] == [
-        ("A", Outcome.INTERRUPTED),
+        ("A", Outcome.ABANDONED),
         ("B", Outcome.FIRED),
     ]
     assert row(Wake.objects.get(pk=victim)).claimed_by == "B"

@@ -299,7 +299,7 @@ def test_a_wake_finishing_after_sigterm_keeps_its_lease_and_is_not_redriven(proc
 
 @needs_server
 def test_a_killed_runners_wake_is_redriven_by_another_after_the_lease_lapses(procs: Procs):
-    wake = probe(sleep=120, slow_attempts=[1])
+    wake = probe(sleep=120, slow_until_guarded=True)
     runner_a = procs.runner("runner-a", "--interval", "0.2", "--lease", "1s", WAKES_LEASE="1s")
     wait_for(
         lambda: procs.phase("start", id=wake.pk) or procs.alive(runner_a), timeout=60, what="runner A to enter the sink"
@@ -317,15 +317,16 @@ def test_a_killed_runners_wake_is_redriven_by_another_after_the_lease_lapses(pro
     assert procs.stop(runner_b) == 0
 
     wake.refresh_from_db()
-    assert wake.attempts == 2
-    attempts = list(WakeAttempt.objects.filter(wake=wake).order_by("number"))
+    assert wake.attempts == 1  # the first death is not charged: nobody had recorded the sink's start
+    attempts = list(WakeAttempt.objects.filter(wake=wake).order_by("id"))
     assert [(a.number, a.outcome, pid_of(a.runner_id)) for a in attempts] == [
-        (1, Outcome.INTERRUPTED, runner_a.pid),
-        (2, Outcome.FIRED, runner_b.pid),
+        (1, Outcome.ABANDONED, runner_a.pid),
+        (1, Outcome.FIRED, runner_b.pid),
     ]
     assert attempts[1].started_at >= lease_seen, "re-driven only after the (renewed) lease lapsed"
     starts = procs.phase("start", id=wake.pk)
-    assert [(r["pid"], r["attempt"]) for r in starts] == [(runner_a.pid, 1), (runner_b.pid, 2)]
+    assert [r["pid"] for r in starts] == [runner_a.pid, runner_b.pid]
+    assert starts[0]["fence"] < starts[1]["fence"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -365,15 +366,19 @@ def test_status_lists_a_live_runner_and_a_killed_one_ages_out(procs: Procs, sett
 
 
 def _intervals(records: list[dict[str, Any]], kills: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """One interval per sink run (wake, attempt, pid): [start, end]; a run cut by a kill ends at the kill."""
+    """One interval per sink run (wake, claim, pid): [start, end]; a run cut by a kill ends at the kill.
+
+    A claim is told apart by its fencing token: attempt numbers repeat when a claim is not charged.
+    """
     kills = kills or {}
     runs: dict[tuple[int, int, int], dict[str, Any]] = {}
     for r in records:
         run = runs.setdefault(
-            (r["id"], r["attempt"], r["pid"]),
+            (r["id"], r["fence"], r["pid"]),
             {
                 "id": r["id"],
                 "attempt": r["attempt"],
+                "fence": r["fence"],
                 "pid": r["pid"],
                 "lane": r["lane"],
                 "thread": r["thread"],
@@ -455,10 +460,13 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
 
     - Nothing stuck or lost: every wake is ``fired`` (or ``dead`` for the ones that always fail);
       none is ``pending`` or ``firing``; no lane lock is left.
-    - Exactly once per claim: a claim is one attempt number of one wake. Each attempt number has
-      exactly one history row, and at most one sink run, by the process that holds that claim.
-    - Only a killed runner ever loses a claim: every attempt but the last is ``interrupted``, and
-      each interrupted attempt belongs to a pid the test killed (live runners renew their leases).
+    - Exactly once per claim: a claim is one fencing token of one wake (tokens grow claim after
+      claim). Each claim has exactly one history row, and at most one sink run, by the process that
+      holds that claim. Attempt numbers grow only after a charged claim.
+    - Only a killed runner ever loses a claim: every claim but the last is ``interrupted`` (its sink
+      had started: charged) or ``abandoned`` (not known to have started: not charged), and each
+      belongs to a pid the test killed (live runners renew their leases). An ``interrupted`` claim
+      always has a sink run.
     - At least once, and not twice by live runners: the last attempt of a fired wake has a
       completed sink run by its runner; any *other* completed run of that wake belongs to an
       interrupted attempt of a killed runner (it died between its sink returning and its settle
@@ -547,43 +555,60 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
     runs = _intervals(procs.records(KIND), kills)
     runs_of: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        runs_of[(run["id"], run["attempt"])].append(run)
+        runs_of[(run["id"], run["fence"])].append(run)
 
+    lost = (Outcome.INTERRUPTED, Outcome.ABANDONED)
     problems: list[str] = []
-    crash_windows = interrupted = 0
+    crash_windows = interrupted = abandoned = 0
     for pk, wake in final.items():
-        rows = history[pk]
-        if not rows or [a.number for a in rows] != list(range(1, wake.attempts + 1)):
-            problems.append(f"wake {pk}: attempt numbers {[a.number for a in rows]} for {wake.attempts} attempts")
+        rows = sorted(history[pk], key=lambda a: a.id)
+        if not rows:
+            problems.append(f"wake {pk}: no attempt history")
             continue
-        for a in rows[:-1] + ([rows[-1]] if rows[-1].outcome == Outcome.INTERRUPTED else []):
-            if a.outcome != Outcome.INTERRUPTED:
-                problems.append(f"wake {pk}: attempt {a.number} {a.outcome} but a later attempt followed")
-            elif pid_of(a.runner_id) not in kills:
-                problems.append(f"wake {pk}: attempt {a.number} interrupted although pid {pid_of(a.runner_id)} lived")
-            interrupted += 1
+        # One row per claim, fencing tokens growing; numbers grow only after a charged claim.
+        fences = [a.fence for a in rows]
+        if fences != sorted(set(fences)):
+            problems.append(f"wake {pk}: fencing tokens {fences} do not grow claim after claim")
+        expected_number = 1
         for a in rows:
-            claim_runs = runs_of.get((pk, a.number), [])
+            if a.number != expected_number:
+                problems.append(f"wake {pk}: attempt numbers {[(r.number, r.outcome) for r in rows]}")
+                break
+            expected_number += 0 if a.outcome == Outcome.ABANDONED else 1
+        if rows[-1].number != wake.attempts:
+            problems.append(f"wake {pk}: last attempt {rows[-1].number} but attempts = {wake.attempts}")
+        for a in rows[:-1] + ([rows[-1]] if rows[-1].outcome in lost else []):
+            if a.outcome not in lost:
+                problems.append(f"wake {pk}: claim {a.fence} {a.outcome} but a later claim followed")
+            elif pid_of(a.runner_id) not in kills:
+                problems.append(f"wake {pk}: claim {a.fence} {a.outcome} although pid {pid_of(a.runner_id)} lived")
+            interrupted += a.outcome == Outcome.INTERRUPTED
+            abandoned += a.outcome == Outcome.ABANDONED
+        for a in rows:
+            claim_runs = runs_of.get((pk, a.fence), [])
             if len(claim_runs) > 1:
-                problems.append(f"wake {pk}: claim {a.number} ran {len(claim_runs)} times")
+                problems.append(f"wake {pk}: claim {a.fence} ran {len(claim_runs)} times")
             if any(r["pid"] != pid_of(a.runner_id) for r in claim_runs):
-                problems.append(f"wake {pk}: claim {a.number} ran in a process that did not hold it")
-        extra = [key for key in runs_of if key[0] == pk and key[1] > wake.attempts]
+                problems.append(f"wake {pk}: claim {a.fence} ran in a process that did not hold it")
+            if a.outcome == Outcome.INTERRUPTED and not claim_runs:
+                problems.append(f"wake {pk}: claim {a.fence} charged as interrupted but its sink never started")
+        recorded = {a.fence for a in rows}
+        extra = [key for key in runs_of if key[0] == pk and key[1] not in recorded]
         if extra:
-            problems.append(f"wake {pk}: sink runs for attempts never recorded: {extra}")
+            problems.append(f"wake {pk}: sink runs under claims never recorded: {extra}")
         last = rows[-1]
         completed = [r for r in runs if r["id"] == pk and r["completed"]]
         if wake.state == State.FIRED:
-            if last.outcome != Outcome.FIRED or not any(r["attempt"] == last.number for r in completed):
+            if last.outcome != Outcome.FIRED or not any(r["fence"] == last.fence for r in completed):
                 problems.append(f"wake {pk}: fired, but its last claim has no completed sink run")
-            windows = [r for r in completed if r["attempt"] != last.number]
+            windows = [r for r in completed if r["fence"] != last.fence]
             if any(r["pid"] not in kills for r in windows):
                 problems.append(f"wake {pk}: completed twice by live runners")
             crash_windows += len(windows)
             if len(completed) != 1 + len(windows):
                 problems.append(f"wake {pk}: {len(completed)} completed runs")
         elif last.outcome == Outcome.FAILED:
-            if not any(r["attempt"] == last.number and "raise" in r for r in runs if r["id"] == pk):
+            if not any(r["fence"] == last.fence and "raise" in r for r in runs if r["id"] == pk):
                 problems.append(f"wake {pk}: dead after a failure its sink never raised")
         elif last.outcome != Outcome.INTERRUPTED:
             problems.append(f"wake {pk}: dead with last attempt {last.outcome}")
@@ -609,7 +634,8 @@ def test_chaos_runners_killed_at_random_and_restarted(procs: Procs, runner_count
     per_pid = Counter(r["pid"] for r in runs if r["completed"])
     print(
         f"\nchaos {connection.vendor} x{runner_count}: {len(final)} wakes settled in {elapsed:.1f}s, "
-        f"{len(kills)} kills ({aimed} aimed mid-sink), {interrupted} interrupted attempts, "
+        f"{len(kills)} kills ({aimed} aimed mid-sink), {interrupted} interrupted (charged) and {abandoned} "
+        f"abandoned (uncharged) claims, "
         f"{len(cut)} sink runs cut by a kill, {crash_windows} re-runs after a completed-but-unsettled sink, "
         f"{len(per_pid)} processes fired"
     )

@@ -13,12 +13,13 @@ Modules outside this package read wakes freely but change them only through thes
 
 from __future__ import annotations
 
-from .claim import Claim, claim_batch, renew_leases, take_over_lapsed
+from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
 from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, watch
 from .passes import (
     RunReport,
     fire_claims,
     gc,
+    hand_back,
     next_due_at,
     observe_unwakeable,
     recover,
@@ -26,10 +27,13 @@ from .passes import (
     unwakeable_log,
 )
 from .settle import FireOutcome, Succeeded, fire, release, run_sink, settle_successes
-from .shared import db_alias, default_runner_id, hash_token
+from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, forget_broken_connection, hash_token
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
 
 __all__ = [
+    "TRANSIENT_ERRORS",
+    "backoff_delay",
+    "forget_broken_connection",
     "ApprovalRequest",
     "Claim",
     "FireOutcome",
@@ -45,8 +49,10 @@ __all__ = [
     "fire",
     "fire_claims",
     "gc",
+    "hand_back",
     "hash_token",
     "next_due_at",
+    "next_fence",
     "observe_unwakeable",
     "open_approval",
     "recover",

@@ -19,7 +19,7 @@ from django.db.models import F
 
 from .. import clock, recurrence
 from ..conf import wakes_settings
-from ..models import Outcome, State, TriggerType, Wake, WakeAttempt
+from ..models import Fence, Outcome, State, TriggerType, Wake, WakeAttempt
 from ..sinks import registry
 from . import create, settle
 from .shared import db_alias, logger, new_claim_token, retry_rolled_back
@@ -93,37 +93,68 @@ def take_over_lapsed(*, runner_id: str, limit: int, lease: timedelta | None = No
 def _take_over_lapsed(
     using: str, now: datetime, kinds: list[str], limit: int, runner_id: str, lease: timedelta | None = None
 ) -> list[Claim]:
-    """Take over firing wakes whose lease lapsed: the old attempt is recorded as interrupted."""
-    claims = []
+    """Take over firing wakes whose lease lapsed, charging an attempt only for a sink that started.
+
+    A runner records when a sink starts only for *guarded* wakes (those a dead runner once held), so
+    the common path costs no write. A lapsed claim is then:
+
+    * guarded, sink started: ``interrupted``, charged (a sink that kills its process dies after its
+      own ``max_attempts``, then goes ``dead``);
+    * guarded, sink never started: ``abandoned``, not charged (a batch-mate of a poisoned wake);
+    * not guarded: unknown, so ``abandoned`` and not charged, and guarded from now on.
+    """
     lease = lease or wakes_settings.lease
-    for wake in Wake.objects.using(using).lock_lapsed(now, kinds, limit):
+    lapsed = list(Wake.objects.using(using).lock_lapsed(now, kinds, limit))
+    if not lapsed:
+        return []
+    fence = next_fence(using)
+    claims = []
+    for wake in lapsed:
+        started = wake.guarded and wake.sink_started_at is not None
+        charged = started
         WakeAttempt.objects.using(using).create(
             wake=wake,
             number=wake.attempts,
             runner_id=wake.claimed_by,
-            started_at=wake.claimed_at or now,
+            fence=wake.fence,
+            started_at=wake.sink_started_at or wake.claimed_at or now,
             finished_at=now,
-            outcome=Outcome.INTERRUPTED,
-            error=f"lease lapsed at {wake.lease_until.isoformat() if wake.lease_until else '?'}",
+            outcome=Outcome.INTERRUPTED if charged else Outcome.ABANDONED,
+            error=f"lease lapsed at {wake.lease_until.isoformat() if wake.lease_until else '?'}"
+            + ("" if charged else "; its sink was not known to have started, so the attempt is not charged"),
         )
-        if wake.attempts >= wake.max_attempts:
+        if charged and wake.attempts >= wake.max_attempts:
             settle.bury_locked(using, wake, now, f"interrupted {wake.attempts} times (lease lapsed mid-fire)")
             continue
         token = new_claim_token()
+        attempts = wake.attempts + (1 if charged else 0)
         Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING, claim_token=wake.claim_token).update(
             claim_token=token,
             lease_until=now + lease,
             claimed_by=runner_id,
             claimed_at=now,
-            attempts=F("attempts") + 1,
+            attempts=attempts,
+            fence=fence,
+            guarded=True,
+            sink_started_at=None,
             updated_at=now,
         )
         wake.claim_token, wake.lease_until, wake.claimed_by, wake.claimed_at = token, now + lease, runner_id, now
-        wake.attempts += 1
+        wake.attempts, wake.fence, wake.guarded, wake.sink_started_at = attempts, fence, True, None
         claims.append(
             Claim(wake, token, runner_id, now, expired=bool((wake.result or {}).get("expired")), takeover=True)
         )
     return claims
+
+
+def next_fence(using: str) -> int:
+    """Take the next fencing token: call it only after the rows being claimed are locked.
+
+    Taken after the locks, it is larger than the token of any earlier claim of those wakes and of
+    their lanes (those claims committed before these locks could be had).
+    """
+    fence: int = Fence.objects.using(using).create().pk
+    return fence
 
 
 def _claim_result(wake: Wake, now: datetime) -> tuple[dict[str, Any], bool]:
@@ -182,6 +213,9 @@ def _claim_rows(
         marker = repr(sorted(result.items()))
         groups.setdefault(marker, (result, expired, []))[2].append(wake)
     claimed: list[Claim] = []
+    if not groups:
+        return claimed
+    fence = next_fence(using)
     update = {
         "state": State.FIRING,
         "lane_lock": F("serial_key"),
@@ -191,6 +225,8 @@ def _claim_rows(
         "claimed_at": now,
         "attempts": F("attempts") + 1,
         "coalesce_key": None,
+        "fence": fence,
+        "sink_started_at": None,
         "updated_at": now,
     }
     for result, expired, wakes in groups.values():
@@ -219,21 +255,27 @@ def _claim_rows(
             wake.lease_until, wake.claimed_by, wake.claimed_at = lease_until, runner_id, now
             wake.attempts += 1
             wake.coalesce_key, wake.result, wake.updated_at = None, result, now
+            wake.fence, wake.sink_started_at = fence, None
             claimed.append(Claim(wake, token, runner_id, now, expired=expired))
     return claimed
 
 
-def renew_leases(claims: Iterable[Claim], lease: timedelta) -> int:
-    """Extend the leases of the claims still held under their tokens; return how many were renewed.
+def renew_leases(claims: Iterable[Claim], lease: timedelta) -> set[int]:
+    """Extend the leases of the claims still held under their tokens; return the ids still held.
 
-    The heartbeat of a runner: a claim another runner took over (its token changed) is not touched.
+    The heartbeat of a runner. A claim another runner took over (its token changed) is not touched,
+    and its id is missing from the result: the runner must not start its sink.
     """
     now = clock.now()
     by_token: dict[str, list[int]] = {}
     for claim in claims:
         by_token.setdefault(claim.token, []).append(claim.wake.pk)
     rows = Wake.objects.using(db_alias())
-    return sum(
-        rows.filter(pk__in=ids, state=State.FIRING, claim_token=token).update(lease_until=now + lease)
-        for token, ids in by_token.items()
-    )
+    held: set[int] = set()
+    for token, ids in by_token.items():
+        mine = rows.filter(pk__in=ids, state=State.FIRING, claim_token=token)
+        if mine.update(lease_until=now + lease) == len(ids):
+            held.update(ids)
+        else:
+            held.update(mine.values_list("pk", flat=True))
+    return held

@@ -15,17 +15,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Max, Min
 
 from .. import clock
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
-from ..models import State, Wake, WakeAttempt
+from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from .claim import Claim, claim_batch, take_over_lapsed
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
-from .shared import db_alias, default_runner_id, earliest, logger
+from .shared import (
+    ROLLBACK_TRIES,
+    TRANSIENT_ERRORS,
+    db_alias,
+    default_runner_id,
+    earliest,
+    forget_broken_connection,
+    logger,
+)
 
 #: How long sinks that returned normally wait to be settled together (seconds).
 SETTLE_WINDOW = 0.05
@@ -70,14 +78,17 @@ def fire_claims(
     claims: list[Claim],
     *,
     settle_window: float = SETTLE_WINDOW,
-    should_stop: Callable[[], bool] | None = None,
+    may_start: Callable[[Claim], bool] | None = None,
     on_settled: Callable[[Claim, FireOutcome], None] | None = None,
+    tries: int | None = ROLLBACK_TRIES,
 ) -> RunReport:
     """Fire ``claims`` here, one after another, settling successes in batches; return the tally.
 
-    ``should_stop`` is asked before each sink starts: once it says yes, the remaining claims are
-    handed back unstarted (no attempt charged). ``on_settled`` hears of every claim as it is settled
-    (the runner drops it from the leases it renews).
+    ``may_start`` is asked right before each sink starts: when it says no (the runner is stopping,
+    or no longer knows its lease to be good), the claim is handed back unstarted and uncharged — or,
+    if even that fails, left to lapse, which charges nothing either (no sink started).
+    ``on_settled`` hears of every claim as it is settled (the runner drops it from the leases it
+    renews). ``tries``: see :func:`~django_wakes.engine.settle.run_sink`.
     """
     report = RunReport(claimed=len(claims))
 
@@ -90,16 +101,16 @@ def fire_claims(
     window_ends = 0.0
 
     def flush() -> None:
-        for done, outcome in zip(unsettled, settle_successes(unsettled), strict=True):
+        for done, outcome in zip(unsettled, settle_successes(unsettled, tries=tries), strict=True):
             settled(done.claim, outcome)
         unsettled.clear()
 
     for claim in claims:
-        if should_stop is not None and should_stop():
-            release(claim)
+        if may_start is not None and not may_start(claim):
+            hand_back(claim)
             settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
             continue
-        ran = run_sink(claim)
+        ran = run_sink(claim, tries=tries)
         if isinstance(ran, Succeeded):
             if not unsettled:
                 window_ends = time.monotonic() + settle_window
@@ -110,6 +121,15 @@ def fire_claims(
             flush()
     flush()
     return report
+
+
+def hand_back(claim: Claim) -> None:
+    """Release an unstarted claim; if the database cannot be reached, let its lease lapse (uncharged)."""
+    try:
+        release(claim)
+    except TRANSIENT_ERRORS as exc:
+        logger.info("could not hand back wake %s (%s); its lease will lapse, uncharged", claim.wake.pk, exc)
+        forget_broken_connection(db_alias())
 
 
 class _UnwakeableLog:
@@ -182,6 +202,9 @@ def gc(*, older_than: Duration = "30d", batch: int = 1000) -> int:
     cutoff = clock.now() - parse_duration(older_than, name="older_than")
     using = db_alias()
     total = 0
+    newest_fence = Fence.objects.using(using).aggregate(m=Max("pk"))["m"]
+    if newest_fence is not None:  # only the newest token matters: the sequence continues after it
+        Fence.objects.using(using).filter(pk__lt=newest_fence).delete()
     while True:
         ids = list(Wake.objects.using(using).terminal_before(cutoff).values_list("pk", flat=True)[:batch])
         if not ids:

@@ -26,7 +26,7 @@ from ..sinks import Defer, Retry, Stop, registry
 from ..states import Disposition
 from ..timeutil import to_datetime
 from . import create
-from .shared import after, db_alias, logger, ms, retry_rolled_back
+from .shared import ROLLBACK_TRIES, after, db_alias, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
     from .claim import Claim
@@ -58,35 +58,48 @@ class Succeeded:
         return Outcome.STOPPED if self.stop else Outcome.FIRED
 
 
-def fire(claim: Claim) -> FireOutcome:
+def fire(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome:
     """Run the sink for a claimed wake, then settle it under the claim's fence token."""
-    ran = run_sink(claim)
-    return settle_successes([ran])[0] if isinstance(ran, Succeeded) else ran
+    ran = run_sink(claim, tries=tries)
+    return settle_successes([ran], tries=tries)[0] if isinstance(ran, Succeeded) else ran
 
 
-def run_sink(claim: Claim) -> FireOutcome | Succeeded:
+def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Succeeded:
     """Run the sink; settle at once anything but a plain success, which is returned for settling.
 
     Splitting the two lets a runner settle a batch of successes in one transaction (one commit
     instead of one per wake) while failures, retries and defers are written down immediately.
+    ``tries`` bounds how often a settle the database aborted is tried again (``None``: until it
+    succeeds, which a runner uses: the sink has run, so its outcome must not be dropped). A guarded
+    wake (a dead runner once held it) first records that its sink is starting, so a runner dying
+    now is charged for this attempt and a runner dying before now is not.
     """
     wake = claim.wake
     sink_fn = registry.get(wake.kind)
     if sink_fn is None:
         release(claim)
         return FireOutcome(Disposition.UNWAKEABLE, settled=True)
+    if wake.guarded and not _record_start(claim):
+        return _fenced_out(claim)
     try:
         returned = sink_fn(wake, dict(claim.result))
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
         error = _format_error(exc)
-        return retry_rolled_back(f"wake {wake.pk}", lambda: _settle_failure(claim, error))
+        return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_failure(claim, error), tries=tries)
     if isinstance(returned, Retry | Defer):
-        return retry_rolled_back(f"wake {wake.pk}", lambda: _settle_returned(claim, returned))
+        return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_returned(claim, returned), tries=tries)
     return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())
 
 
-def settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
+def _record_start(claim: Claim) -> bool:
+    """Write down that this claim's sink starts now; ``False`` if the claim is no longer ours."""
+    now = clock.now()
+    claim.wake.sink_started_at = now
+    return bool(fenced(db_alias(), claim).update(sink_started_at=now))
+
+
+def settle_successes(done: list[Succeeded], *, tries: int | None = ROLLBACK_TRIES) -> list[FireOutcome]:
     """Settle sinks that returned normally, all in one transaction; return an outcome for each.
 
     Each row is fenced by its claim token: a wake whose lease another runner took over meanwhile
@@ -94,7 +107,7 @@ def settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
     """
     if not done:
         return []
-    return retry_rolled_back(f"{len(done)} fired wake(s)", lambda: _settle_successes(done))
+    return retry_rolled_back(f"settling {len(done)} fired wake(s)", lambda: _settle_successes(done), tries=tries)
 
 
 def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
@@ -133,6 +146,7 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
                     wake_id=d.claim.wake.pk,
                     number=d.claim.wake.attempts,
                     runner_id=d.claim.runner_id,
+                    fence=d.claim.wake.fence,
                     started_at=d.claim.started_at,
                     finished_at=d.finished_at,
                     outcome=d.outcome,
@@ -181,6 +195,7 @@ def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str =
         wake_id=claim.wake.pk,
         number=claim.wake.attempts,
         runner_id=claim.runner_id,
+        fence=claim.wake.fence,
         started_at=claim.started_at,
         finished_at=now,
         outcome=outcome,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from django.db import OperationalError, connections, router
+from django.db import InterfaceError, InternalError, OperationalError, connections, router
 
 from ..exceptions import InvalidDuration
 from ..models import Wake
@@ -62,21 +62,49 @@ def ms(delta: timedelta) -> int:
     return int(delta.total_seconds() * 1000)
 
 
-def retry_rolled_back(label: str, work: Callable[[], T], *, tries: int = ROLLBACK_TRIES) -> T:
+#: Database errors a runner outlives: connection loss, restarts, failover, read-only periods,
+#: deadlocks and lock timeouts. Anything else (IntegrityError, ProgrammingError) is a bug and is raised.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, InternalError)
+
+#: The longest pause between two tries while the database is away.
+BACKOFF_CAP = 5.0
+
+
+def backoff_delay(attempt: int) -> float:
+    """Capped, jittered exponential backoff: ~20 ms, 40 ms, ... up to :data:`BACKOFF_CAP` seconds."""
+    return float(random.uniform(0.5, 1.0) * min(BACKOFF_CAP, 0.02 * 2 ** min(attempt, 20)))
+
+
+def forget_broken_connection(using: str) -> None:
+    """Drop this thread's connection if it errored beyond use, so the next query reconnects."""
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+
+
+def retry_rolled_back(label: str, work: Callable[[], T], *, tries: int | None = ROLLBACK_TRIES) -> T:
     """Run the transaction ``work``, trying again (with jittered backoff) when the database aborts it.
 
-    A deadlock or lock timeout between racing runners rolls the whole transaction back, so running
-    it again is safe; every write in the engine is conditional (state, claim token), so a retry
-    after an ambiguous failure can only lose its race, never apply twice.
+    A deadlock, lock timeout, lost connection or read-only period rolls the whole transaction back,
+    so running it again is safe; every write in the engine is conditional (state, claim token), so a
+    retry after an ambiguous failure can only lose its race, never apply twice. ``tries=None`` tries
+    until it succeeds (a runner settling a sink that already ran: the effect happened, so the settle
+    must not be dropped); it logs once when the database goes away and once when it is back.
     """
     using = db_alias()
-    for attempt in range(1, tries + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            return work()
-        except OperationalError as exc:
-            if attempt == tries or connections[using].in_atomic_block:
+            result = work()
+        except TRANSIENT_ERRORS as exc:
+            if (tries is not None and attempt >= tries) or connections[using].in_atomic_block:
                 raise
-            logger.info("%s was rolled back (%s); retrying", label, exc)
-            connections[using].close_if_unusable_or_obsolete()
-            time.sleep(random.uniform(0, 0.02 * 2**attempt))
-    raise AssertionError("unreachable")  # pragma: no cover
+            level = logging.WARNING if attempt == 3 else logging.INFO
+            logger.log(level, "%s failed (%s: %s); trying again", label, type(exc).__name__, exc)
+            forget_broken_connection(using)
+            time.sleep(backoff_delay(attempt))
+            continue
+        if attempt > 3:
+            logger.warning("%s succeeded after %d tries", label, attempt)
+        return result
