@@ -278,7 +278,6 @@ class Sweeper:
 
     def run(self) -> None:
         """Register, recover lapsed leases, then loop until stopped; always deregister on the way out."""
-        apply_client_timeouts()
         push.register_local(self)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-wakes-heartbeat", daemon=True)
         listener = None
@@ -479,6 +478,9 @@ class Sweeper:
 
 def apply_client_timeouts(timeout: timedelta | None = None) -> None:
     """Give this process's connections bounded network timeouts, where the project set none.
+
+    ``runwakes`` calls it at start-up (it changes the process's database settings, so it is not
+    done by :class:`Sweeper` itself, which also runs inside other processes: tests, the demo).
 
     A runner cut off from its database must notice within a bounded time rather than hang in a
     read forever. PostgreSQL (libpq): ``connect_timeout``, TCP keepalives and ``tcp_user_timeout``;

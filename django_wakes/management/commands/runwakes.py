@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.runner import Sweeper
+from django_wakes.runner import Sweeper, apply_client_timeouts
 
 
 def positive_float(value: str) -> float:
@@ -110,6 +110,7 @@ class Command(BaseCommand):
             handler: logging.Handler = logging.StreamHandler(cast(TextIO, self.stderr._out))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+        apply_client_timeouts()  # a partitioned runner notices within a bounded time
         runner = Sweeper(
             interval=interval,
             batch=batch,
