@@ -1,17 +1,20 @@
 """The sink registry (what firing a wake of a given ``kind`` does) and the outcomes a sink may return.
 
-A sink is a plain callable ``fn(wake, result)``. Returning ``None`` (or anything that is not an
-outcome below) settles the wake as fired; raising is a failed attempt, retried with backoff.
+A sink is a plain callable ``fn(wake, result)``, or an ``async def`` one (it is awaited to the end:
+:func:`call_sink`). Returning ``None`` (or anything that is not an outcome below) settles the wake as
+fired; raising is a failed attempt, retried with backoff.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import async_to_sync
 from django.utils.module_loading import import_string
 
 from .conf import wakes_settings
@@ -123,6 +126,23 @@ def _session_turn(wake: Wake, result: dict[str, Any]) -> Any:
 
 
 registry = SinkRegistry()
+
+
+def call_sink(fn: Sink, wake: Wake, result: dict[str, Any]) -> Any:
+    """Call a sink and return what it returned; an ``async def`` sink is awaited to completion.
+
+    Without this an ``async def`` sink would only *create* its coroutine: nothing after its first
+    line would run, yet the wake would settle as fired — a silently lost effect. Awaiting it through
+    ``async_to_sync`` also lets it use Django's async ORM (``await Model.objects.aget(...)``).
+    """
+    returned = fn(wake, result)
+    if inspect.isawaitable(returned):
+        returned = async_to_sync(_await)(returned)
+    return returned
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def sink(kind: str, *, replace: bool = False) -> Callable[[Sink], Sink]:

@@ -22,7 +22,7 @@ from ..durations import parse_duration
 from ..exceptions import InvalidWake
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
-from ..sinks import Defer, Retry, Stop, registry
+from ..sinks import Defer, Retry, Stop, call_sink, registry
 from ..states import Disposition
 from ..timeutil import to_datetime
 from . import create
@@ -82,7 +82,7 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
     if wake.guarded and not _record_start(claim):
         return _fenced_out(claim)
     try:
-        returned = sink_fn(wake, dict(claim.result))
+        returned = call_sink(sink_fn, wake, dict(claim.result))
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
         error = _format_error(exc)
