@@ -46,3 +46,11 @@ def test_once_keys_that_differ_in_case_run_separately():
     django_wakes.once("s", "key", lambda: ran.append("key"))
     assert ran == ["Key", "key"]
     assert Wake.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"runner_id": "a\x00b"}, {"lanes": ["ok", "\x00"]}, {"lanes": [3]}, {"limit": 0}, {"runner_id": ""}]
+)
+def test_run_due_refuses_what_a_database_would(kwargs):
+    with pytest.raises(django_wakes.InvalidWake):
+        django_wakes.run_due(**kwargs)

@@ -23,6 +23,7 @@ from ..durations import Duration, parse_duration
 from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
+from ..validation import key, positive_int
 from .claim import Claim, claim_batch, take_over_lapsed
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
 from .shared import (
@@ -171,8 +172,10 @@ def next_due_at(kinds: list[str] | None = None) -> datetime | None:
 
 def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: list[str] | None = None) -> RunReport:
     """Run one pass here: claim a batch, fire each wake, settle; one failure never stops the rest."""
-    limit = limit or wakes_settings.batch
-    claims = claim_batch(runner_id=runner_id or default_runner_id(), limit=limit, lanes=lanes)
+    limit = positive_int(limit, name="limit") if limit is not None else wakes_settings.batch
+    runner_id = key(runner_id, name="runner_id") if runner_id is not None else default_runner_id()
+    lanes = [key(lane, name="lanes") for lane in lanes] if lanes is not None else None
+    claims = claim_batch(runner_id=runner_id, limit=limit, lanes=lanes)
     report = fire_claims(claims)
     kinds = registry.kinds()
     if len(claims) < limit:
