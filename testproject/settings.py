@@ -105,6 +105,14 @@ WAKES = {
     "LEASE": os.environ.get("WAKES_LEASE", "5m"),
 }
 
+# WAKES_PUSH_DATABASE_URL: "default" goes through a transaction pooler (PgBouncer), which LISTEN cannot
+# use, so the runner LISTENs on this direct connection instead; Django needs server-side cursors off
+# behind such a pooler (tests/test_pgbouncer.py).
+if os.environ.get("WAKES_PUSH_DATABASE_URL"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["push"] = database_from_url(os.environ["WAKES_PUSH_DATABASE_URL"])
+    WAKES["PUSH_DATABASE"] = "push"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
