@@ -263,3 +263,28 @@ class Runner(models.Model):
     def is_live(self) -> bool:
         """Whether its heartbeat is recent enough (the rule of :meth:`RunnerQuerySet.live`)."""
         return self.heartbeat_at >= live_since()
+
+
+class WebhookDelivery(models.Model):
+    """A signed webhook delivery that was accepted: its id, per source, is refused if it comes again.
+
+    Inserted in the transaction that delivers the event, so a replay is refused (the unique
+    constraint decides, across processes) and a delivery that failed left no row and can be retried.
+    ``django_wakes.webhooks.forget_deliveries`` deletes old rows.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.CharField(_("source"), max_length=100)
+    delivery_id = models.CharField(_("delivery id"), max_length=KEY_LENGTH)
+    received_at = models.DateTimeField(_("received"))
+
+    class Meta:
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")
+        constraints = [
+            models.UniqueConstraint(fields=["source", "delivery_id"], name="webhook_delivery_once"),
+        ]
+        indexes = [models.Index(fields=["received_at"], name="webhook_delivery_received_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.source} delivery {self.delivery_id}"
