@@ -4,19 +4,22 @@ On MySQL/MariaDB the new table gets the binary NO PAD collation of the others (m
 delivery ids differing only in case are two deliveries there too, as on SQLite and PostgreSQL.
 """
 
-from importlib import import_module
-
 from django.db import migrations, models
 
 TABLE = "django_wakes_webhookdelivery"
+
+#: Binary collations that do not ignore trailing spaces (NO PAD) come first: MariaDB, then MySQL 8.
+#: (Kept here rather than imported, so this migration never changes when other code does.)
+BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 
 def to_binary(apps, schema_editor):
     if schema_editor.connection.vendor != "mysql":
         return
-    collation = import_module("django_wakes.migrations.0005_binary_key_collation_on_mysql")._binary_collation(
-        schema_editor.connection
-    )
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SHOW COLLATION WHERE Charset = 'utf8mb4'")
+        available = {row[0] for row in cursor.fetchall()}
+    collation = next(name for name in BINARY_COLLATIONS if name in available)
     schema_editor.execute(
         f"ALTER TABLE {schema_editor.quote_name(TABLE)} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
     )
