@@ -26,6 +26,7 @@ demo: $(STAMP)
 ## with the browser tests in Chromium (installed by scripts/install-browser; required when CI=true)
 test: $(STAMP)
 	bash scripts/install-browser || [ "$${CI:-}" != "true" ]
+	bash scripts/install-pgbouncer || [ "$${CI:-}" != "true" ]
 	PYTHON=$(PY) bash scripts/run-tests
 
 ## lint: ruff (lint and format), mypy with django-stubs over django_wakes/, and the migration check
