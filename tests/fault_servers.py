@@ -670,17 +670,13 @@ class Observer:
 
 
 def _reset(args: dict[str, Any]) -> int:
-    """Delete every row of every django_wakes table: each test starts from an empty database."""
-    from django.apps import apps
+    """Delete every wake, attempt and runner row: each test starts from empty tables."""
     from django.db import transaction
 
-    from django_wakes.models import Wake, WakeAttempt
+    from django_wakes.models import Runner, Wake, WakeAttempt
 
-    models = [WakeAttempt, Wake] + [
-        m for m in apps.get_app_config("django_wakes").get_models() if m not in (Wake, WakeAttempt)
-    ]
     with transaction.atomic():
-        return sum(model._default_manager.all().delete()[0] for model in models)
+        return sum(model.objects.all().delete()[0] for model in (WakeAttempt, Wake, Runner))
 
 
 def _seed(args: dict[str, Any]) -> list[int]:
@@ -735,9 +731,16 @@ def _snapshot(args: dict[str, Any]) -> dict[str, Any]:
     wakes = Wake.objects.filter(workspace_id=args["workspace"])
     return {
         "wakes": {
-            str(pk): {"state": state, "attempts": attempts, "lane": lane, "kind": kind, "error": error[-300:]}
-            for pk, state, attempts, lane, kind, error in wakes.values_list(
-                "pk", "state", "attempts", "serial_key", "kind", "last_error"
+            str(pk): {
+                "state": state,
+                "attempts": attempts,
+                "lane": lane,
+                "kind": kind,
+                "fire_at": epoch(fire_at),
+                "error": error[-300:],
+            }
+            for pk, state, attempts, lane, kind, fire_at, error in wakes.values_list(
+                "pk", "state", "attempts", "serial_key", "kind", "fire_at", "last_error"
             )
         },
         "attempts": [
