@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from . import clock, engine
-from .models import Receipt, Runner, State, Wake, WakeAttempt
+from .models import Receipt, RetainedEvent, Runner, State, Wake, WakeAttempt
 from .querysets import RunnerQuerySet, WakeQuerySet
 
 if TYPE_CHECKING:
@@ -172,11 +172,26 @@ class WakeAdmin(ReadOnlyAdmin):
             _("Timing"),
             {"fields": ("created_at", "fire_at", "due_at", "expires_at", "claimed_at", "settled_at", "updated_at")},
         ),
-        (_("Trigger"), {"fields": ("event_key", "prompt", "idempotency_key")}),
+        (
+            _("Trigger"),
+            {"fields": ("event_key", "watched_keys_list", "event_match", "prompt", "on_expiry", "idempotency_key")},
+        ),
         (_("Payload"), {"fields": ("intent_json", "result_json")}),
         (
             _("Firing"),
-            {"fields": ("attempts", "max_attempts", "claimed_by", "lease_until", "lane_lock", "last_error_details")},
+            {
+                "fields": (
+                    "attempts",
+                    "max_attempts",
+                    "claimed_by",
+                    "lease_until",
+                    "lane_lock",
+                    "fence",
+                    "guarded",
+                    "sink_started_at",
+                    "last_error_details",
+                )
+            },
         ),
         (
             _("Recurrence"),
@@ -215,6 +230,11 @@ class WakeAdmin(ReadOnlyAdmin):
             if late > timedelta(0):
                 return _("started late by %(span)s") % {"span": _seconds(late)}
         return ""
+
+    @admin.display(description=_("any of these keys too"))
+    def watched_keys_list(self, wake: Wake) -> str:
+        keys = [w.event_key for w in wake.watched_keys.all()]
+        return ", ".join(keys) if keys else "-"
 
     @admin.display(description=_("intent"))
     def intent_json(self, wake: Wake) -> str:
@@ -295,6 +315,23 @@ class WakeAdmin(ReadOnlyAdmin):
                 done += 1
                 self.log_change(request, wake, note)
         return done, selected - done
+
+
+@admin.register(RetainedEvent)
+class RetainedEventAdmin(ReadOnlyAdmin):
+    """Events kept for watches created later (``deliver_event(retain=...)``, ``watch(since=...)``)."""
+
+    list_display = ("id", "workspace_id", "event_key", "delivered_at", "expires_at")
+    search_fields = ("workspace_id__startswith", "event_key__startswith")
+    search_help_text = _("Workspace or event key, by prefix.")
+    ordering = ("-delivered_at", "-id")
+    show_full_result_count = False
+    fields = ("workspace_id", "event_key", "payload_json", "delivered_at", "expires_at")
+    readonly_fields = fields
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, event: RetainedEvent) -> str:
+        return _pretty_json(event.payload)
 
 
 @admin.register(Receipt)

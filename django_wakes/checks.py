@@ -4,7 +4,7 @@
 | --- | --- |
 | E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, BACKOFF) is not valid |
 | E002 | a hook (SPAWN_TURN, AUTHORIZE) is neither a callable nor an importable dotted path |
-| E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES) is not a positive integer |
+| E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES, RETAIN_MAX) is not a positive integer |
 | E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
 | E005 | SINKS is not a dict of kind -> callable or importable dotted path |
 | E006 | POLL_INTERVAL is not a positive number of seconds |
@@ -33,7 +33,7 @@ from .exceptions import InvalidDuration
 DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER": True, "RUNNER_DB_TIMEOUT": False}
 #: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
 NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
-POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES")
+POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES", "RETAIN_MAX")
 HOOKS = ("SPAWN_TURN", "AUTHORIZE")
 
 

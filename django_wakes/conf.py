@@ -18,6 +18,7 @@ Defaults (every key optional)::
         "POLL_INTERVAL": 1.0,     # seconds between runner passes at most (the backstop)
         "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
         "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
+        "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
     }
 """
 
@@ -47,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     "RUNNER_DB_TIMEOUT": "30s",
     "PUSH_DATABASE": None,
+    "RETAIN_MAX": 1000,
 }
 
 
@@ -127,6 +129,10 @@ class WakesSettings:
     def runner_db_timeout(self) -> timedelta | None:
         value = self.get("RUNNER_DB_TIMEOUT")
         return None if value is None else parse_duration(value, name="WAKES['RUNNER_DB_TIMEOUT']", allow_zero=False)
+
+    @property
+    def retain_max(self) -> int:
+        return int(self.get("RETAIN_MAX"))
 
     @property
     def push_database(self) -> str | None:

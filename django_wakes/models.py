@@ -14,15 +14,18 @@ __all__ = [
     "LIVE_STATES",
     "TERMINAL_STATES",
     "CatchUp",
+    "EventKeyLock",
     "Fence",
     "Outcome",
     "Receipt",
+    "RetainedEvent",
     "ReceiptState",
     "Runner",
     "State",
     "TriggerType",
     "Wake",
     "WakeAttempt",
+    "WatchedKey",
 ]
 
 KEY_LENGTH = 200
@@ -62,7 +65,19 @@ class Wake(models.Model):
     )
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     event_key = models.CharField(_("event key"), max_length=KEY_LENGTH, null=True, blank=True)
+    event_match = models.JSONField(
+        _("event match"),
+        null=True,
+        blank=True,
+        help_text=_('Equality on paths of the delivered event, e.g. {"payload.branch": "main"}; all must hold.'),
+    )
     prompt = models.TextField(_("approval prompt"), blank=True, default="")
+    on_expiry = models.JSONField(
+        _("answer on expiry"),
+        null=True,
+        blank=True,
+        help_text=_("The answer an unanswered approval delivers when it expires (marked as defaulted)."),
+    )
     token_hash = models.CharField(_("token hash"), max_length=64, null=True, blank=True, unique=True, editable=False)
     lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
     claim_token = models.CharField(_("claim token"), max_length=32, null=True, blank=True, editable=False)
@@ -221,6 +236,70 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt {self.session_id}/{self.key} ({self.state})"
+
+
+class WatchedKey(models.Model):
+    """One more event key a watch fires on (``watch(event_keys=[...])``: any of several, first wins).
+
+    The wake's own ``event_key`` holds the first key; each further key has a row here, so a delivery
+    finds its watchers through two indexed lookups.
+    """
+
+    wake = models.ForeignKey(Wake, on_delete=models.CASCADE, related_name="watched_keys")
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
+    event_key = models.CharField(_("event key"), max_length=KEY_LENGTH)
+
+    class Meta:
+        verbose_name = _("watched event key")
+        verbose_name_plural = _("watched event keys")
+        indexes = [models.Index(fields=["workspace_id", "event_key"], name="watchedkey_lookup_idx")]
+        constraints = [models.UniqueConstraint(fields=["wake", "event_key"], name="watchedkey_once_per_wake")]
+
+    def __str__(self) -> str:
+        return f"{self.event_key} for wake {self.wake_id}"
+
+
+class RetainedEvent(models.Model):
+    """A delivered event kept for a while (``deliver_event(retain=...)``), so a later ``watch(since=...)`` sees it."""
+
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
+    event_key = models.CharField(_("event key"), max_length=KEY_LENGTH)
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    delivered_at = models.DateTimeField(_("delivered"))
+    expires_at = models.DateTimeField(_("kept until"))
+
+    class Meta:
+        verbose_name = _("retained event")
+        verbose_name_plural = _("retained events")
+        indexes = [
+            models.Index(fields=["workspace_id", "event_key", "delivered_at"], name="retained_lookup_idx"),
+            models.Index(fields=["expires_at"], name="retained_gc_idx"),
+            models.Index(fields=["workspace_id", "delivered_at"], name="retained_cap_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_key} in {self.workspace_id} at {self.delivered_at:%Y-%m-%d %H:%M:%S}"
+
+
+class EventKeyLock(models.Model):
+    """One row per (workspace, event key) that retained deliveries and ``since`` watches lock.
+
+    Both lock it before looking at the other's table, so a delivery and a watch of one key that
+    commit at the same moment are serialised: one of them always sees the other.
+    """
+
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
+    event_key = models.CharField(_("event key"), max_length=KEY_LENGTH)
+    used_at = models.DateTimeField(_("last used"))
+
+    class Meta:
+        verbose_name = _("event key lock")
+        verbose_name_plural = _("event key locks")
+        constraints = [models.UniqueConstraint(fields=["workspace_id", "event_key"], name="eventkeylock_uniq")]
+        indexes = [models.Index(fields=["used_at"], name="eventkeylock_gc_idx")]
+
+    def __str__(self) -> str:
+        return f"lock {self.workspace_id}/{self.event_key}"
 
 
 class Fence(models.Model):

@@ -162,6 +162,9 @@ def _claim_result(wake: Wake, now: datetime) -> tuple[dict[str, Any], bool]:
     if wake.result is not None:
         return wake.result, bool(wake.result.get("expired"))
     if wake.expires_at is not None and wake.expires_at <= now:
+        if wake.trigger_type == TriggerType.ON_APPROVAL and wake.on_expiry is not None:
+            # request_approval(on_expiry=...): no one answered in time, so the default answer is delivered
+            return {"trigger": wake.trigger_type, "answer": wake.on_expiry, "defaulted": True}, False
         return {"trigger": wake.trigger_type, "expired": True}, True
     return {"trigger": TriggerType.AT.value}, False
 

@@ -14,14 +14,15 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, recurrence, signals
+from .. import clock, events, recurrence, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, UnknownKind
-from ..models import State, TriggerType, Wake
+from ..models import State, TriggerType, Wake, WatchedKey
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int, prompt_text
+from . import retention
 from .shared import after, db_alias, earliest, hash_token, logger
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
@@ -182,7 +183,10 @@ def schedule(
 def watch(
     *,
     workspace_id: str,
-    event_key: str,
+    event_key: str | None = None,
+    event_keys: list[str] | None = None,
+    match: dict[str, Any] | None = None,
+    since: datetime | Duration | int | float | None = None,
     session_id: str | None = None,
     expires_in: Duration | None = None,
     expires_at: datetime | int | float | None = None,
@@ -192,7 +196,14 @@ def watch(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
 ) -> Wake:
-    """Create a wake that fires when :func:`deliver_event` delivers ``event_key`` in this workspace."""
+    """Create a wake that fires when :func:`deliver_event` delivers its key in this workspace.
+
+    ``event_keys`` instead of ``event_key``: any of several, the first delivered wins (the sink reads
+    ``result["event_key"]``). ``match``: equality on paths of the payload that a delivery must meet
+    (:mod:`django_wakes.events`). ``since`` (a datetime, or a duration back from now): a delivery
+    retained (``deliver_event(retain=...)``) at or after it fires the new watch at once — also one
+    committing at the very moment the watch does.
+    """
     now = clock.now()
     fields = _common(
         workspace_id=workspace_id,
@@ -204,14 +215,64 @@ def watch(
     )
     if max_attempts is not None:
         fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    keys = _event_keys(event_key, event_keys)
+    event_match = events.match_filter(match)
+    since_at = events.since_moment(since, now)
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(
         trigger_type=TriggerType.ON_EVENT,
-        event_key=key(event_key, name="event_key"),
+        event_key=keys[0],
+        event_match=event_match,
         expires_at=expiry,
         due_at=expiry,
     )
-    return create_wake(fields)
+    using = db_alias()
+    with transaction.atomic(using=using):
+        if since_at is not None:
+            retention.lock_event_keys(using, fields["workspace_id"], keys, now)
+            hit = retention.retained_hit(using, fields["workspace_id"], keys, since_at, now, event_match)
+            if hit is not None:
+                fields.update(
+                    result=events_result(hit.event_key, hit.payload, retained_at=hit.delivered_at),
+                    fire_at=hit.delivered_at,
+                    due_at=now,
+                )
+        wake = create_wake(fields)
+        if len(keys) > 1:
+            WatchedKey.objects.using(using).bulk_create(
+                [WatchedKey(wake=wake, workspace_id=wake.workspace_id, event_key=k) for k in keys[1:]],
+                ignore_conflicts=True,
+            )
+    if wake.fire_at is not None and wake.result is not None:
+        transaction.on_commit(partial(signals.wakes_due.send, sender=Wake, due_at=now), using=using)
+    return wake
+
+
+#: At most this many keys in one any-of watch.
+MAX_EVENT_KEYS = 20
+
+
+def _event_keys(event_key: Any, event_keys: Any) -> list[str]:
+    if (event_key is None) == (event_keys is None):
+        raise InvalidWake("pass exactly one of event_key or event_keys")
+    if event_key is not None:
+        return [key(event_key, name="event_key")]
+    if not isinstance(event_keys, list | tuple) or not event_keys:
+        raise InvalidWake("event_keys must be a non-empty list of keys")
+    if len(event_keys) > MAX_EVENT_KEYS:
+        raise InvalidWake(f"event_keys: at most {MAX_EVENT_KEYS} keys")
+    keys = [key(k, name="event_keys") for k in event_keys]
+    if len(set(keys)) != len(keys):
+        raise InvalidWake("event_keys lists a key twice")
+    return keys
+
+
+def events_result(event_key: str, payload: Any, *, retained_at: datetime | None = None) -> dict[str, Any]:
+    """What a watch's sink is handed for a delivery: which key came, and its payload."""
+    result = {"trigger": TriggerType.ON_EVENT.value, "event_key": event_key, "payload": payload}
+    if retained_at is not None:
+        result["retained_at"] = retained_at.isoformat()
+    return result
 
 
 def request_approval(
@@ -226,12 +287,15 @@ def request_approval(
     intent: Any = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    on_expiry: Any = None,
 ) -> ApprovalRequest:
     """Create a wake that fires when a human answers; return it with its one-time token.
 
     Only the token's hash is stored, so the token exists only in this return value. A retried
     create with the same ``idempotency_key`` returns the existing wake with a fresh token that is
-    then the valid one (the old one cannot be recovered from the hash).
+    then the valid one (the old one cannot be recovered from the hash). ``on_expiry``: the answer
+    delivered (marked ``"defaulted": True``) when no one answers in time, e.g. ``{"approved": False}``;
+    without it the sink is told ``{"expired": True}``.
     """
     now = clock.now()
     prompt = prompt_text(prompt)
@@ -253,6 +317,7 @@ def request_approval(
         trigger_type=TriggerType.ON_APPROVAL,
         prompt=prompt,
         token_hash=hash_token(token),
+        on_expiry=json_value(on_expiry, name="on_expiry") if on_expiry is not None else None,
         expires_at=expiry,
         due_at=expiry,
     )

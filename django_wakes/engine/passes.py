@@ -24,6 +24,7 @@ from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
+from . import retention
 from .claim import Claim, claim_batch, take_over_lapsed
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
 from .shared import (
@@ -205,6 +206,7 @@ def gc(*, older_than: Duration = "30d", batch: int = 1000) -> int:
     cutoff = clock.now() - parse_duration(older_than, name="older_than")
     using = db_alias()
     total = 0
+    retention.forget_expired(using, clock.now())
     newest_fence = Fence.objects.using(using).aggregate(m=Max("pk"))["m"]
     if newest_fence is not None:  # only the newest token matters: the sequence continues after it
         Fence.objects.using(using).filter(pk__lt=newest_fence).delete()

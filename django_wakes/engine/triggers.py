@@ -13,8 +13,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Case, F, Q, When
 
-from .. import clock, signals
+from .. import clock, events, signals
 from ..conf import wakes_settings
+from ..durations import Duration
 from ..exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
@@ -22,30 +23,48 @@ from ..exceptions import (
     ApprovalExpired,
     ApprovalNotFound,
 )
-from ..models import State, TriggerType, Wake
+from ..models import State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
+from . import retention
+from .create import events_result
 from .shared import db_alias, hash_token
 
 
-def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None) -> int:
-    """Trigger every unexpired watcher of ``event_key`` in the workspace; return how many accepted.
+def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, retain: Duration | None = None) -> int:
+    """Trigger every unexpired watcher of ``event_key`` whose match filter the payload meets; return how many.
 
-    One conditional UPDATE: a watcher accepts at most one delivery (``fire_at`` is set by the first),
-    and one whose expiry instant has come refuses it (the boundary is exclusive).
+    A watcher accepts at most one delivery (``fire_at`` is set by the first; the conditional UPDATE
+    skips it after), and one whose expiry instant has come refuses it (the boundary is exclusive).
+    ``retain`` keeps the event that long for watches created later with ``since`` (see
+    :mod:`~django_wakes.engine.retention` for why a watch racing this delivery is never missed).
     """
     now = clock.now()
     workspace = key(workspace_id, name="workspace_id")
     event = key(event_key, name="event_key")
-    result = {"trigger": TriggerType.ON_EVENT.value, "event_key": event, "payload": json_value(payload, name="payload")}
+    body = json_value(payload, name="payload")
+    keep = events.retention(retain)
     using = db_alias()
-    accepted = (
-        Wake.objects.using(using)
-        .filter(workspace_id=workspace, event_key=event, trigger_type=TriggerType.ON_EVENT)
-        .pending()
-        .filter(fire_at__isnull=True)
-        .exclude(expires_at__lte=now)
-        .update(result=result, fire_at=now, due_at=now, updated_at=now)
-    )
+    with transaction.atomic(using=using):
+        if keep is not None:
+            retention.lock_event_keys(using, workspace, [event], now)
+        waiting = (
+            Wake.objects.using(using)
+            .filter(trigger_type=TriggerType.ON_EVENT, workspace_id=workspace)
+            .pending()
+            .filter(fire_at__isnull=True)
+            .exclude(expires_at__lte=now)
+        )
+        extra = WatchedKey.objects.using(using).filter(workspace_id=workspace, event_key=event).values("wake_id")
+        candidates = list(waiting.filter(event_key=event).values_list("pk", "event_match"))
+        candidates += list(waiting.filter(pk__in=extra).values_list("pk", "event_match"))
+        chosen = sorted({pk for pk, match in candidates if events.matches(match, body)})
+        accepted = 0
+        if chosen:
+            accepted = waiting.filter(pk__in=chosen).update(
+                result=events_result(event, body), fire_at=now, due_at=now, updated_at=now
+            )
+        if keep is not None:
+            retention.retain(using, workspace, event, body, now, keep)
     if accepted:
         transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
     return accepted

@@ -1,46 +1,8 @@
-"""On MySQL/MariaDB, compare keys byte for byte, as SQLite and PostgreSQL do.
-
-MySQL's default ``utf8mb4_*_ci`` collations fold case, trailing spaces and many characters
-(``"ABC" = "abc"``, ``"a" = "a "``, different emoji equal), so idempotency keys, lanes, event keys and
-``once()`` keys would collide there and nowhere else. Converting the tables to a binary NO PAD collation
-(``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on MySQL 8) makes
-every key column (and any column a later migration alters, which takes the table default) binary.
-A no-op on other databases.
-"""
+"""On MySQL/MariaDB, compare keys byte for byte, as SQLite and PostgreSQL do (see django_wakes.dbcompat)."""
 
 from django.db import migrations
 
-TABLES = ("django_wakes_wake", "django_wakes_receipt", "django_wakes_runner")
-
-
-#: Binary collations that do not ignore trailing spaces (NO PAD) come first: MariaDB, then MySQL 8.
-BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
-
-
-def _binary_collation(connection):
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW COLLATION WHERE Charset = 'utf8mb4'")
-        available = {row[0] for row in cursor.fetchall()}
-    return next(name for name in BINARY_COLLATIONS if name in available)
-
-
-def to_binary(apps, schema_editor):
-    if schema_editor.connection.vendor != "mysql":
-        return
-    collation = _binary_collation(schema_editor.connection)
-    for table in TABLES:
-        schema_editor.execute(
-            f"ALTER TABLE {schema_editor.quote_name(table)} CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
-        )
-
-
-def to_default(apps, schema_editor):
-    if schema_editor.connection.vendor != "mysql":
-        return
-    for table in TABLES:
-        schema_editor.execute(
-            f"ALTER TABLE {schema_editor.quote_name(table)} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-        )
+from django_wakes.dbcompat import binary_key_collation, default_key_collation
 
 
 class Migration(migrations.Migration):
@@ -51,5 +13,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(to_binary, to_default, elidable=False),
+        migrations.RunPython(binary_key_collation, default_key_collation, elidable=False),
     ]

@@ -26,6 +26,8 @@ def to_binary(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+    atomic = False  # MySQL cannot roll DDL back, and refuses it inside a transaction
+
     dependencies = [
         ("django_wakes", "0005_binary_key_collation_on_mysql"),
     ]
