@@ -3,12 +3,13 @@
 | id | problem |
 | --- | --- |
 | E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, BACKOFF) is not valid |
-| E002 | a hook (SPAWN_TURN, AUTHORIZE) is neither a callable nor an importable dotted path |
+| E002 | a hook (SPAWN_TURN, AUTHORIZE, API_AUTH) is neither a callable nor an importable dotted path |
 | E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES, RETAIN_MAX) is not a positive integer |
 | E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
 | E005 | SINKS is not a dict of kind -> callable or importable dotted path |
 | E006 | POLL_INTERVAL is not a positive number of seconds |
 | E007 | PUSH_DATABASE names no alias in DATABASES |
+| E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings, MAX_BYTES: positive int, MAP: importable} |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -34,7 +35,7 @@ DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER":
 #: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
 NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
 POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES", "RETAIN_MAX")
-HOOKS = ("SPAWN_TURN", "AUTHORIZE")
+HOOKS = ("SPAWN_TURN", "AUTHORIZE", "API_AUTH")
 
 
 @register(Tags.compatibility)
@@ -48,6 +49,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         *_sinks(),
         *_poll_interval(),
         *_push_database(),
+        *_webhooks(),
         *_missing_hooks(),
     ]
 
@@ -151,6 +153,50 @@ def _push_database() -> Iterator[CheckMessage]:
             hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
             id="django_wakes.E007",
         )
+
+
+def _webhook_error(message: str) -> CheckMessage:
+    return Error(
+        message,
+        hint='Give WAKES["WEBHOOKS"] = {"source": {"SECRETS": ["..."], "MAX_BYTES": 65536, "MAP": "dotted.path"}}.',
+        id="django_wakes.E008",
+    )
+
+
+def _webhooks() -> Iterator[CheckMessage]:
+    """Validate WEBHOOKS; messages name the source and the key, never a secret's value."""
+    from .webhooks import SOURCE_KEYS, SOURCE_MAX_LENGTH
+
+    value = wakes_settings.get("WEBHOOKS")
+    if not isinstance(value, dict):
+        yield _webhook_error(f"WAKES['WEBHOOKS'] must be a dict of source -> settings, got {type(value).__name__}")
+        return
+    for source, config in value.items():
+        if not isinstance(source, str) or not source or "/" in source or len(source) > SOURCE_MAX_LENGTH:
+            yield _webhook_error(
+                f"WAKES['WEBHOOKS'] source {source!r:.60} must be a non-empty string without '/' of at most "
+                f"{SOURCE_MAX_LENGTH} characters"
+            )
+            continue
+        name = f"WAKES['WEBHOOKS'][{source!r}]"
+        if not isinstance(config, dict):
+            yield _webhook_error(f"{name} must be a dict with SECRETS, got {type(config).__name__}")
+            continue
+        for unknown in sorted(set(config) - SOURCE_KEYS, key=str):
+            yield _webhook_error(f"{name} has an unknown key {unknown!r:.60}")
+        secrets = config.get("SECRETS")
+        if (
+            not isinstance(secrets, list | tuple)
+            or not secrets
+            or not all(isinstance(secret, str) and secret for secret in secrets)
+        ):
+            yield _webhook_error(f"{name}['SECRETS'] must be a non-empty list of non-empty strings")
+        max_bytes = config.get("MAX_BYTES", 1)
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            yield _webhook_error(f"{name}['MAX_BYTES'] must be a positive integer, got {max_bytes!r:.60}")
+        mapper = config.get("MAP")
+        if mapper is not None and not _importable(mapper):
+            yield _webhook_error(f"{name}['MAP'] cannot be imported as a callable: {mapper!r:.100}")
 
 
 def _approval_pages_routed() -> bool:

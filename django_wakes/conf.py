@@ -19,6 +19,10 @@ Defaults (every key optional)::
         "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
         "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
+        "WEBHOOKS": {},           # source -> {"SECRETS": [...], "MAX_BYTES": 262144, "MAP": None}: the
+                                  # signed event webhook events/<source>/ (docs/events.md); none by default
+        "API_AUTH": None,         # dotted path of fn(request) -> actor | None for the JSON approval API
+                                  # (None: the session user, CSRF-protected)
     }
 """
 
@@ -49,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "RUNNER_DB_TIMEOUT": "30s",
     "PUSH_DATABASE": None,
     "RETAIN_MAX": 1000,
+    "WEBHOOKS": {},
+    "API_AUTH": None,
 }
 
 
@@ -138,6 +144,15 @@ class WakesSettings:
     def push_database(self) -> str | None:
         value = self.get("PUSH_DATABASE")
         return None if value is None else str(value)
+
+    @property
+    def webhooks(self) -> dict[str, dict[str, Any]]:
+        """Source -> its webhook settings (``SECRETS``, ``MAX_BYTES``, ``MAP``); read by ``django_wakes.webhooks``."""
+        return dict(self.get("WEBHOOKS") or {})
+
+    @property
+    def api_auth(self) -> Callable[..., Any] | None:
+        return _hook(self.get("API_AUTH"))
 
     def backoff(self, attempts: int) -> timedelta:
         """Return the delay before retry number ``attempts`` (1-based), capped at ``BACKOFF.MAX``."""

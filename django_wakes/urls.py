@@ -3,15 +3,21 @@
 Approval links are then ``reverse("django_wakes:approve", args=[token])``: that URL keeps the
 token's hash in the session and redirects to the token-free ``django_wakes:answer`` page, which
 needs a logged-in user (so the project needs a login view and ``settings.LOGIN_URL``).
+
+Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.api`), and senders of
+events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.webhooks`;
+every source is refused with 404 until ``WAKES["WEBHOOKS"]`` configures it).
 """
 
 from django.urls import path
 
-from . import views
+from . import api, views, webhooks
 
 app_name = "django_wakes"
 
 urlpatterns = [
     path("approve/answer/", views.answer, name="answer"),  # before the token pattern, which would match it
     path("approve/<str:token>/", views.approve, name="approve"),
+    path("approvals/api/", api.approval_api, name="approval_api"),
+    path("events/<str:source>/", webhooks.event_webhook, name="event_webhook"),
 ]

@@ -1,0 +1,205 @@
+"""The JSON approval API: ``POST approvals/api/`` answers an approval with its token, for programs.
+
+The approval page (:mod:`django_wakes.views`) is for a person with a browser; this is the same answer
+for a chat bot, a CLI or a single-page app: ``{"token": ..., "approved": bool, "comment": ...}`` in,
+``{"wake": id, "approved": bool}`` out, refusals as JSON with the page's status codes.
+
+Who answers is decided by the host. By default it is the session user (logged in, else 401), and the
+post is CSRF-protected like any session-authenticated post. With ``WAKES["API_AUTH"]``, a function
+``fn(request) -> actor | None`` authenticates the request by its own credentials (an API key or a
+bearer token header: never the session cookie), and the view is then CSRF-exempt, as a bot has no
+CSRF token. ``WAKES["AUTHORIZE"]`` still decides whether that actor may answer the approval.
+
+The token travels in the body only, so it is in no URL, and Django's request logger (which logs the
+path) never sees it; nothing here logs a body. The helpers for JSON requests and responses are shared
+with :mod:`django_wakes.webhooks`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.debug import sensitive_variables
+
+from . import engine
+from .conf import wakes_settings
+from .exceptions import (
+    ApprovalAlreadyResolved,
+    ApprovalDenied,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    InvalidWake,
+)
+from .forms import COMMENT_MAX_CHARS
+
+logger = logging.getLogger("django_wakes")
+
+#: The largest approval API body, in bytes: a token, a boolean and a comment of at most
+#: ``COMMENT_MAX_CHARS`` characters (12 bytes each at worst: an emoji escaped as two ``\uXXXX``), and room to spare.
+API_MAX_BYTES = 12 * COMMENT_MAX_CHARS + 4096
+
+#: Status, error code and message of each refusal, as the approval page gives them.
+REFUSALS: dict[type[ApprovalError], tuple[int, str, str]] = {
+    ApprovalNotFound: (404, "not_found", "No approval answers to this token."),
+    ApprovalDenied: (403, "forbidden", "This actor may not answer this approval."),
+    ApprovalAlreadyResolved: (409, "already_answered", "This approval was already answered or cancelled."),
+    ApprovalExpired: (410, "expired", "This approval expired before it was answered."),
+}
+
+ANSWER_FIELDS = {"token", "approved", "comment"}
+
+
+class BadRequest(Exception):
+    """A JSON request to refuse: ``status``, a stable ``code`` and a message for the caller."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+def json_error(status: int, code: str, detail: str, **headers: str) -> JsonResponse:
+    """Return ``{"error": code, "detail": detail}`` with ``status``."""
+    response = JsonResponse({"error": code, "detail": detail}, status=status)
+    for name, value in headers.items():
+        response.headers[name.replace("_", "-")] = value
+    return response
+
+
+def refusal(exc: BadRequest) -> JsonResponse:
+    return json_error(exc.status, exc.code, exc.detail)
+
+
+def method_not_allowed() -> JsonResponse:
+    return json_error(405, "method_not_allowed", "Use POST.", Allow="POST")
+
+
+def read_body(request: HttpRequest, max_bytes: int) -> bytes:
+    """Return the request body if it is at most ``max_bytes`` long; raise a 413 ``BadRequest`` otherwise.
+
+    The declared ``Content-Length`` is refused before anything is read; the body is then read to at
+    most one byte past the limit, so a body longer than it declares (or declaring nothing, as under
+    ASGI it may) is refused without being held in memory either.
+    """
+    too_large = BadRequest(413, "too_large", f"The body is larger than the limit of {max_bytes} bytes.")
+    try:
+        declared = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0  # unparseable: the read below still bounds it
+    if declared > max_bytes:
+        raise too_large
+    body = request.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise too_large
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    """Return the JSON object ``body`` holds (strict UTF-8, no NaN or Infinity); raise a 400 ``BadRequest``."""
+    try:
+        data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadRequest(400, "bad_json", "The body is not valid JSON (UTF-8).") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, "bad_json", "The body must be a JSON object.")
+    return data
+
+
+def refuse_unknown_fields(data: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        shown = ", ".join(repr(name[:40]) for name in unknown[:5])
+        raise BadRequest(400, "bad_request", f"Unknown fields: {shown}; allowed: {', '.join(sorted(allowed))}.")
+
+
+@sensitive_variables("data", "token")
+def _parse_answer(body: bytes) -> tuple[str, dict[str, Any]]:
+    """Return the token and the answer ``{"approved": bool, "comment": str}`` of an API request body."""
+    data = parse_object(body)
+    refuse_unknown_fields(data, ANSWER_FIELDS)
+    token = data.get("token")
+    if not isinstance(token, str) or not token:
+        raise BadRequest(400, "bad_request", "token must be a non-empty string.")
+    approved = data.get("approved")
+    if not isinstance(approved, bool):
+        raise BadRequest(400, "bad_request", "approved must be true or false.")
+    comment = data.get("comment", "")
+    if not isinstance(comment, str):
+        raise BadRequest(400, "bad_request", "comment must be a string.")
+    if len(comment) > COMMENT_MAX_CHARS:
+        raise BadRequest(400, "bad_request", f"comment is longer than {COMMENT_MAX_CHARS} characters.")
+    return token, {"approved": approved, "comment": comment}
+
+
+@sensitive_variables("body", "token")
+def _answer(request: HttpRequest, actor: Any) -> JsonResponse:
+    """Answer the approval the body's token opens, as ``actor``."""
+    if request.content_type != "application/json":
+        # A cross-site form cannot send application/json without a CORS preflight: defence in depth
+        # for the CSRF-exempt API_AUTH mode.
+        return json_error(415, "unsupported_media_type", "Send Content-Type: application/json.")
+    try:
+        token, answer = _parse_answer(read_body(request, API_MAX_BYTES))
+        wake = engine.resolve(token, answer, actor)
+    except BadRequest as exc:
+        return refusal(exc)
+    except ApprovalError as exc:
+        status, code, detail = next(v for k, v in REFUSALS.items() if isinstance(exc, k))
+        return json_error(status, code, detail)
+    except InvalidWake as exc:  # InvalidIntent: an answer the database cannot store
+        return json_error(400, "bad_request", str(exc))
+    logger.info(
+        "approval answered wake=%s workspace=%s by=%s approved=%s via=api",
+        wake.pk,
+        wake.workspace_id,
+        (wake.result or {}).get("resolved_by"),
+        answer["approved"],
+    )
+    return JsonResponse({"wake": wake.pk, "approved": answer["approved"]})
+
+
+def _session_answer(request: HttpRequest) -> HttpResponseBase:
+    """Answer as the session user, under ordinary ``csrf_protect``; 401 when anonymous, 403 on a CSRF failure."""
+    if not request.user.is_authenticated:
+        return json_error(401, "unauthorized", "Log in first.")
+    reached: list[bool] = []
+
+    @csrf_protect
+    def protected(request: HttpRequest) -> HttpResponseBase:
+        reached.append(True)
+        return _answer(request, request.user)
+
+    response = protected(request)
+    if not reached:  # csrf_protect refused the post with Django's HTML failure page: say it as JSON
+        return json_error(403, "csrf_failed", "CSRF verification failed: send the X-CSRFToken header.")
+    return response
+
+
+@csrf_exempt  # CSRF is checked in _session_answer when the session authenticates; API_AUTH callers are exempt
+@never_cache
+def approval_api(request: HttpRequest) -> HttpResponseBase:
+    """Answer an approval from a JSON body: ``{"token", "approved", "comment"}`` -> ``{"wake", "approved"}``.
+
+    401 when no actor is authenticated, 404/403/409/410 as the approval page refuses, 400 for a bad
+    body, 405 for anything but POST, 413 for a body over :data:`API_MAX_BYTES`, 415 without
+    ``Content-Type: application/json``.
+    """
+    if request.method != "POST":
+        return method_not_allowed()
+    authenticate: Callable[[HttpRequest], Any] | None = wakes_settings.api_auth
+    if authenticate is None:
+        return _session_answer(request)
+    actor = authenticate(request)
+    if actor is None:
+        return json_error(401, "unauthorized", "Not authenticated.")
+    return _answer(request, actor)
