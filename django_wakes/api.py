@@ -35,7 +35,7 @@ from .exceptions import (
     ApprovalError,
     ApprovalExpired,
     ApprovalNotFound,
-    InvalidWake,
+    WakeError,
 )
 from .forms import COMMENT_MAX_CHARS
 
@@ -156,7 +156,7 @@ def _answer(request: HttpRequest, actor: Any) -> JsonResponse:
     except ApprovalError as exc:
         status, code, detail = next(v for k, v in REFUSALS.items() if isinstance(exc, k))
         return json_error(status, code, detail)
-    except InvalidWake as exc:  # InvalidIntent: an answer the database cannot store
+    except WakeError as exc:  # InvalidIntent: an answer the database cannot store
         return json_error(400, "bad_request", str(exc))
     logger.info(
         "approval answered wake=%s workspace=%s by=%s approved=%s via=api",

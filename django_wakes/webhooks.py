@@ -52,7 +52,7 @@ from .conf import wakes_settings
 from .durations import Duration, parse_duration
 from .engine.shared import db_alias
 from .engine.triggers import deliver_event
-from .exceptions import InvalidDuration, InvalidWake
+from .exceptions import InvalidDuration, InvalidWake, WakeError
 from .models import KEY_LENGTH, WebhookDelivery
 
 logger = logging.getLogger("django_wakes")
@@ -196,7 +196,7 @@ def accept(source: Source, delivery_id: str, event: dict[str, Any] | None) -> in
             return 0 if event is None else deliver_event(**event)
     except IntegrityError:
         raise BadRequest(409, "replayed", f"Delivery {delivery_id} was already accepted.") from None
-    except InvalidWake as exc:
+    except WakeError as exc:  # the package's validation (InvalidWake, InvalidIntent): nothing was written
         raise BadRequest(400, "bad_request", str(exc)) from None
 
 
