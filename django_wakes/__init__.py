@@ -22,6 +22,9 @@ _EXPORTS = {
     "run_due": "engine",
     "recover": "engine",
     "gc": "engine",
+    "stop_session": "engine",
+    "resume_session": "engine",
+    "nudge_session": "engine",
     "ApprovalRequest": "engine",
     "RunReport": "engine",
     "once": "receipts",
@@ -30,6 +33,8 @@ _EXPORTS = {
     "Retry": "sinks",
     "Defer": "sinks",
     "Stop": "sinks",
+    "Done": "sinks",
+    "KEEP": "sinks",
     "WakeError": "exceptions",
     "InvalidWake": "exceptions",
     "InvalidDuration": "exceptions",
@@ -44,6 +49,8 @@ _EXPORTS = {
     "ApprovalAlreadyResolved": "exceptions",
     "ApprovalExpired": "exceptions",
     "ApprovalDenied": "exceptions",
+    "BudgetExceeded": "exceptions",
+    "SessionStopped": "exceptions",
     "OnceError": "exceptions",
     "OnceInProgress": "exceptions",
     "OnceInterrupted": "exceptions",
@@ -58,17 +65,20 @@ if TYPE_CHECKING:  # pragma: no cover
         cancel,
         deliver_event,
         gc,
+        nudge_session,
         recover,
         request_approval,
         requeue,
         resolve,
+        resume_session,
         run_due,
         schedule,
+        stop_session,
         watch,
     )
     from .exceptions import *  # noqa: F403
     from .receipts import once  # noqa: F401
-    from .sinks import Defer, Retry, Stop, registry, sink  # noqa: F401
+    from .sinks import KEEP, Defer, Done, Retry, Stop, registry, sink  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from . import clock, engine
-from .models import Receipt, RetainedEvent, Runner, State, Wake, WakeAttempt
+from .models import Receipt, RetainedEvent, Runner, SessionControl, State, Wake, WakeAttempt
 from .querysets import RunnerQuerySet, WakeQuerySet
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class WakeAdmin(ReadOnlyAdmin):
             _("Trigger"),
             {"fields": ("event_key", "watched_keys_list", "event_match", "prompt", "on_expiry", "idempotency_key")},
         ),
-        (_("Payload"), {"fields": ("intent_json", "result_json")}),
+        (_("Payload"), {"fields": ("intent_json", "result_json", "scratch_json", "depth")}),
         (
             _("Firing"),
             {
@@ -243,6 +243,10 @@ class WakeAdmin(ReadOnlyAdmin):
     @admin.display(description=_("result"))
     def result_json(self, wake: Wake) -> str:
         return _pretty_json(wake.result)
+
+    @admin.display(description=_("scratch"))
+    def scratch_json(self, wake: Wake) -> str:
+        return _pretty_json(wake.scratch)
 
     @admin.display(description=_("last error"))
     def last_error_details(self, wake: Wake) -> str:
@@ -332,6 +336,20 @@ class RetainedEventAdmin(ReadOnlyAdmin):
     @admin.display(description=_("payload"))
     def payload_json(self, event: RetainedEvent) -> str:
         return _pretty_json(event.payload)
+
+
+@admin.register(SessionControl)
+class SessionControlAdmin(ReadOnlyAdmin):
+    """Sessions the engine keeps state for: stopped ones (``stop_session``) and agent budgets' last use."""
+
+    list_display = ("session_id", "workspace_id", "stopped_at", "stop_reason", "last_agent_wake_at")
+    list_filter = (("stopped_at", admin.EmptyFieldListFilter),)
+    search_fields = ("session_id__startswith", "workspace_id__startswith")
+    search_help_text = _("Session or workspace, by prefix.")
+    ordering = ("-updated_at",)
+    show_full_result_count = False
+    fields = ("session_id", "workspace_id", "stopped_at", "stop_reason", "last_agent_wake_at", "updated_at")
+    readonly_fields = fields
 
 
 @admin.register(Receipt)

@@ -9,6 +9,7 @@
 | E005 | SINKS is not a dict of kind -> callable or importable dotted path |
 | E006 | POLL_INTERVAL is not a positive number of seconds |
 | E007 | PUSH_DATABASE names no alias in DATABASES |
+| E009 | BUDGETS is not a dict of known limits, each None, a whole number or a duration |
 | E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings, MAX_BYTES: positive int, MAP: importable} |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
@@ -26,16 +27,23 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
-from .conf import DEFAULTS, wakes_settings
+from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
 from .exceptions import InvalidDuration
 
 #: Duration settings and whether zero is allowed (a zero lease would make every claim lapse at once).
-DURATIONS = {"LEASE": False, "ONCE_WAIT": True, "ONCE_LEASE": False, "GC_AFTER": True, "RUNNER_DB_TIMEOUT": False}
+DURATIONS = {
+    "LEASE": False,
+    "ONCE_WAIT": True,
+    "ONCE_LEASE": False,
+    "GC_AFTER": True,
+    "RUNNER_DB_TIMEOUT": False,
+    "BUSY_RETRY": False,
+}
 #: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
 NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
 POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES", "RETAIN_MAX")
-HOOKS = ("SPAWN_TURN", "AUTHORIZE", "API_AUTH")
+HOOKS = ("SPAWN_TURN", "AUTHORIZE", "SESSION_BUSY", "API_AUTH")
 
 
 @register(Tags.compatibility)
@@ -49,6 +57,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         *_sinks(),
         *_poll_interval(),
         *_push_database(),
+        *_budgets(),
         *_webhooks(),
         *_missing_hooks(),
     ]
@@ -143,6 +152,25 @@ def _poll_interval() -> Iterator[CheckMessage]:
         yield Error(
             f"WAKES['POLL_INTERVAL'] must be a positive number of seconds, got {value!r}", id="django_wakes.E006"
         )
+
+
+def _budgets() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("BUDGETS")
+    if not isinstance(value, dict) or set(value) - set(BUDGET_DEFAULTS):
+        yield Error(
+            f"WAKES['BUDGETS'] must be a dict with some of {', '.join(BUDGET_DEFAULTS)}, got {value!r:.200}",
+            id="django_wakes.E009",
+        )
+        return
+    for name, limit in value.items():
+        if limit is None:
+            continue
+        if name in ("SESSION_MIN_DELAY", "SESSION_MAX_HORIZON", "SESSION_COOLDOWN"):
+            error = _duration_error(limit, f"WAKES['BUDGETS'][{name!r}]", allow_zero=True)
+            if error is not None:
+                yield Error(error.msg, id="django_wakes.E009")
+        elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            yield Error(f"WAKES['BUDGETS'][{name!r}] must be a whole number >= 0 or None", id="django_wakes.E009")
 
 
 def _push_database() -> Iterator[CheckMessage]:

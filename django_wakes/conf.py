@@ -19,6 +19,10 @@ Defaults (every key optional)::
         "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
         "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
+        "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.tools):
+                                  # see BUDGET_DEFAULTS; a limit set to None is off
+        "SESSION_BUSY": None,     # dotted path of fn(session_id) -> bool: a busy session's turn waits
+        "BUSY_RETRY": "2s",       # how soon a session_turn wake deferred for a busy session is looked at again
         "WEBHOOKS": {},           # source -> {"SECRETS": [...], "MAX_BYTES": 262144, "MAP": None}: the
                                   # signed event webhook events/<source>/ (docs/events.md); none by default
         "API_AUTH": None,         # dotted path of fn(request) -> actor | None for the JSON approval API
@@ -53,8 +57,22 @@ DEFAULTS: dict[str, Any] = {
     "RUNNER_DB_TIMEOUT": "30s",
     "PUSH_DATABASE": None,
     "RETAIN_MAX": 1000,
+    "BUDGETS": {},
+    "SESSION_BUSY": None,
+    "BUSY_RETRY": "2s",
     "WEBHOOKS": {},
     "API_AUTH": None,
+}
+
+
+#: The agent budgets (``WAKES["BUDGETS"]`` overrides any of them; ``None`` turns one off).
+BUDGET_DEFAULTS: dict[str, Any] = {
+    "SESSION_MAX_LIVE": 20,  # live (pending or firing) wakes of one session
+    "SESSION_MIN_DELAY": "10s",  # a timed wake fires no sooner than this
+    "SESSION_MAX_HORIZON": "90d",  # ... and no later
+    "SESSION_COOLDOWN": None,  # least time between two agent-made wakes of one session
+    "WORKSPACE_MAX_LIVE": 10_000,  # live wakes of one workspace
+    "CHAIN_MAX_DEPTH": 10,  # a wake made by a sink while another fires is one deeper
 }
 
 
@@ -135,6 +153,18 @@ class WakesSettings:
     def runner_db_timeout(self) -> timedelta | None:
         value = self.get("RUNNER_DB_TIMEOUT")
         return None if value is None else parse_duration(value, name="WAKES['RUNNER_DB_TIMEOUT']", allow_zero=False)
+
+    @property
+    def budgets(self) -> dict[str, Any]:
+        return {**BUDGET_DEFAULTS, **(self.get("BUDGETS") or {})}
+
+    @property
+    def session_busy(self) -> Callable[..., Any] | None:
+        return _hook(self.get("SESSION_BUSY"))
+
+    @property
+    def busy_retry(self) -> timedelta:
+        return parse_duration(self.get("BUSY_RETRY"), name="WAKES['BUSY_RETRY']", allow_zero=False)
 
     @property
     def retain_max(self) -> int:

@@ -59,6 +59,18 @@ class ApprovalDenied(ApprovalError):
     """The ``AUTHORIZE`` hook refused this actor (or no hook is configured)."""
 
 
+class BudgetExceeded(InvalidWake):
+    """An agent's wake would go over a limit of ``WAKES["BUDGETS"]``; ``limit`` names which. Nothing was written."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class SessionStopped(InvalidWake):
+    """The session was stopped (:func:`django_wakes.stop_session`): it takes no new wakes until resumed."""
+
+
 class OnceError(WakeError):
     """Base class of the errors :func:`django_wakes.once` raises."""
 

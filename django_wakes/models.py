@@ -21,11 +21,13 @@ __all__ = [
     "RetainedEvent",
     "ReceiptState",
     "Runner",
+    "SessionControl",
     "State",
     "TriggerType",
     "Wake",
     "WakeAttempt",
     "WatchedKey",
+    "WorkspaceLock",
 ]
 
 KEY_LENGTH = 200
@@ -127,6 +129,15 @@ class Wake(models.Model):
     end_at = models.DateTimeField(_("chain ends"), null=True, blank=True)
     chain_id = models.CharField(_("chain"), max_length=32, null=True, blank=True)
     occurrence = models.PositiveIntegerField(_("occurrence"), default=0)
+    depth = models.PositiveIntegerField(
+        _("depth"), default=0, help_text=_("How many sinks deep: a wake created while another fires is one deeper.")
+    )
+    scratch = models.JSONField(
+        _("scratch"),
+        null=True,
+        blank=True,
+        help_text=_("The sink's own notes across attempts, written in the same fenced settle as the attempt."),
+    )
 
     created_at = models.DateTimeField(_("created"))
     updated_at = models.DateTimeField(_("updated"))
@@ -300,6 +311,41 @@ class EventKeyLock(models.Model):
 
     def __str__(self) -> str:
         return f"lock {self.workspace_id}/{self.event_key}"
+
+
+class SessionControl(models.Model):
+    """Per-session state the engine keeps: whether it is stopped, and when an agent last made a wake.
+
+    Its row is also the lock that serialises budgeted creates of one session across processes.
+    """
+
+    session_id = models.CharField(_("session"), max_length=KEY_LENGTH, unique=True)
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH, blank=True, default="")
+    stopped_at = models.DateTimeField(_("stopped"), null=True, blank=True)
+    stop_reason = models.TextField(_("stop reason"), blank=True, default="")
+    last_agent_wake_at = models.DateTimeField(_("last agent wake"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated"))
+
+    class Meta:
+        verbose_name = _("session")
+        verbose_name_plural = _("sessions")
+        indexes = [models.Index(fields=["stopped_at"], name="sessioncontrol_stopped_idx")]
+
+    def __str__(self) -> str:
+        return f"session {self.session_id}" + (" (stopped)" if self.stopped_at else "")
+
+
+class WorkspaceLock(models.Model):
+    """A row per workspace that budgeted creates lock, so a workspace's live-wake cap holds across processes."""
+
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH, unique=True)
+
+    class Meta:
+        verbose_name = _("workspace lock")
+        verbose_name_plural = _("workspace locks")
+
+    def __str__(self) -> str:
+        return f"lock {self.workspace_id}"
 
 
 class Fence(models.Model):

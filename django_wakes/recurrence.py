@@ -568,6 +568,7 @@ def occurrence_fields(wake: Wake, slot: datetime, end_at: datetime | None) -> di
         "fire_at": slot,
         "due_at": slot,
         "idempotency_key": chain_key(wake.chain_id or "", slot),
+        "depth": wake.depth,  # the same chain, not one deeper
     }
 
 

@@ -28,12 +28,24 @@ Sink = Callable[["Wake", dict[str, Any]], Any]
 SESSION_TURN = "session_turn"
 
 
+class _Keep:
+    """The default of ``scratch=``: leave the wake's scratch as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: ``scratch=KEEP`` (the default) leaves the wake's scratch as it was; any JSON value replaces it.
+KEEP: Any = _Keep()
+
+
 @dataclass(frozen=True)
 class Retry:
     """Fail this attempt on purpose and fire again at ``at`` (counts as an attempt)."""
 
     at: datetime | int | float | None = None
     reason: str = ""
+    scratch: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class Defer:
     """Not now: fire again at ``until`` without counting an attempt ("the session is busy")."""
 
     until: datetime | int | float | timedelta | str
+    scratch: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,14 @@ class Stop:
     """Settle this occurrence as fired and end its recurring chain (no further occurrences)."""
 
     reason: str = ""
+    scratch: Any = KEEP
+
+
+@dataclass(frozen=True)
+class Done:
+    """Settle as fired (like returning ``None``), writing ``scratch`` in the same fenced transaction."""
+
+    scratch: Any = KEEP
 
 
 class SinkRegistry:

@@ -37,10 +37,12 @@ class State(models.TextChoices):
     """Cancelled while pending; it never fired."""
     DEAD = "dead", _("dead")
     """The dead letter: it failed ``max_attempts`` times; ``last_error`` says why."""
+    SUPERSEDED = "superseded", _("superseded")
+    """Its session was stopped (``stop_session``) before it fired; ``last_error`` holds the reason."""
 
 
 LIVE_STATES = (State.PENDING, State.FIRING)
-TERMINAL_STATES = (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD)
+TERMINAL_STATES = (State.FIRED, State.EXPIRED, State.CANCELLED, State.DEAD, State.SUPERSEDED)
 
 
 class CatchUp(models.TextChoices):
@@ -95,6 +97,10 @@ class Disposition(StrEnum):
     """Handed back unstarted (shutdown, a lease no longer known to be good): no attempt charged."""
     UNWAKEABLE = "unwakeable"
     """No sink was registered for its kind any more: handed back untouched."""
+    SUPERSEDED = "superseded"
+    """Its session was stopped: settled as superseded without its sink running."""
+    BUSY = "busy"
+    """Its session was busy (``WAKES['SESSION_BUSY']``): deferred without an attempt."""
 
     @property
     def succeeded(self) -> bool:

@@ -166,7 +166,15 @@ def populated() -> dict[str, Any]:
     return {"now": now, "oldest": overdue_old, "newer": overdue_new, "future": future, "live": live}
 
 
-EXPECTED_STATES = {"pending": 3, "firing": 1, "fired": 3, "expired": 1, "cancelled": 1, "dead": 1}
+EXPECTED_STATES = {
+    "pending": 3,
+    "firing": 1,
+    "fired": 3,
+    "expired": 1,
+    "cancelled": 1,
+    "dead": 1,
+    "superseded": 0,
+}
 
 
 def test_status_prints_a_table_of_states_backlog_next_due_and_live_runners(populated):
@@ -208,6 +216,7 @@ def test_status_of_an_empty_table():
     snap = json.loads(run("wakes", "status", "--json"))
     assert snap["states"] == dict.fromkeys(EXPECTED_STATES, 0)
     assert (snap["due_backlog"], snap["oldest_overdue"], snap["next_due_at"], snap["runners"]) == (0, None, None, [])
+    assert snap["stopped_sessions"] == []
 
 
 def test_status_as_a_process_prints_json_on_stdout(populated, procs: Procs):

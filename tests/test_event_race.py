@@ -56,10 +56,11 @@ def _watch_since(since: datetime) -> Callable[[int], bool]:
     return watch
 
 
-def test_a_retained_delivery_and_a_since_watch_racing_fire_the_watch_exactly_once(sinks, tmp_path: Path):
+def test_a_retained_delivery_and_a_since_watch_racing_fire_the_watch_exactly_once(sinks, settings, tmp_path: Path):
     if connection.vendor == "sqlite":
         pytest.skip("the race needs a server database (SQLite serialises every writer behind one file lock)")
     sinks(KIND)
+    settings.WAKES = {**settings.WAKES, "RETAIN_MAX": PAIRS}  # keep every pair's event (the children inherit it)
     since = datetime.now(UTC) - timedelta(minutes=1)
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(2)

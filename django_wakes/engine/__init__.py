@@ -26,6 +26,7 @@ from .passes import (
     run_due,
     unwakeable_log,
 )
+from .sessions import nudge_session, resume_session, stop_session
 from .settle import FireOutcome, Succeeded, fire, release, run_sink, settle_successes
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, forget_broken_connection, hash_token
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
@@ -53,6 +54,7 @@ __all__ = [
     "hash_token",
     "next_due_at",
     "next_fence",
+    "nudge_session",
     "observe_unwakeable",
     "open_approval",
     "recover",
@@ -62,10 +64,12 @@ __all__ = [
     "requeue",
     "resolve",
     "resolve_hashed",
+    "resume_session",
     "run_due",
     "run_sink",
     "schedule",
     "settle_successes",
+    "stop_session",
     "take_over_lapsed",
     "unwakeable_log",
     "watch",

@@ -18,12 +18,12 @@ from .. import clock, events, recurrence, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, UnknownKind
-from ..models import State, TriggerType, Wake, WatchedKey
+from ..models import KEY_LENGTH, State, TriggerType, Wake, WatchedKey
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int, prompt_text
-from . import retention
-from .shared import after, db_alias, earliest, hash_token, logger
+from . import retention, sessions
+from .shared import after, db_alias, earliest, firing_wake, hash_token, logger, retry_rolled_back
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
 
@@ -63,22 +63,42 @@ def _common(
     *, workspace_id: Any, session_id: Any, kind: Any, serial_key: Any, intent: Any, idempotency_key: Any
 ) -> dict[str, Any]:
     session = key(session_id, name="session_id", required=False)
+    checked_kind = _check_kind(kind, session)
+    lane = key(serial_key, name="serial_key", required=False)
+    if lane is None and checked_kind == SESSION_TURN and session is not None:
+        lane = session_lane(session)  # one session never runs two turns at once, even across runners
     return {
         "workspace_id": key(workspace_id, name="workspace_id"),
         "session_id": session,
-        "kind": _check_kind(kind, session),
-        "serial_key": key(serial_key, name="serial_key", required=False),
+        "kind": checked_kind,
+        "serial_key": lane,
         "intent": json_value(intent, name="intent"),
         "idempotency_key": key(idempotency_key, name="idempotency_key", required=False),
     }
 
 
-def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
+def session_lane(session_id: str) -> str:
+    """The lane a session's turns share unless the caller names another."""
+    return f"session:{session_id}"[:KEY_LENGTH]
+
+
+def create_wake(fields: dict[str, Any], *, coalesce: bool = False, budget: bool = False) -> Wake:
     """Insert a wake built from validated ``fields``; idempotent and coalescing creates return the holder.
 
     Both dedup paths end at a unique index, so concurrent creators cannot both win: the loser's
-    INSERT fails inside a savepoint and it reads the winner's row instead.
+    INSERT fails inside a savepoint and it reads the winner's row instead. A wake for a stopped
+    session is refused; with ``budget`` (made for an agent) the budgets are enforced under the
+    session's lock. A wake created while a sink runs is one deeper than the wake it fires for.
     """
+    if "depth" not in fields:
+        parent = firing_wake.get()
+        fields = {**fields, "depth": parent.depth + 1 if parent is not None else 0}
+    # A deadlock between creators locking one session's row (MySQL) is retried, unless the
+    # caller's own transaction surrounds this one (then it is the caller's to retry).
+    return retry_rolled_back("creating a wake", lambda: _create_wake(fields, coalesce=coalesce, budget=budget))
+
+
+def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool) -> Wake:
     now = clock.now()
     using = db_alias()
     workspace, idem = fields["workspace_id"], fields.get("idempotency_key")
@@ -101,6 +121,10 @@ def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
                 )
                 if holder is not None:
                     return holder
+            if budget:
+                sessions.enforce_budget(using, fields, now)
+            else:
+                sessions.refuse_if_stopped(fields.get("session_id"))
             wake = Wake(
                 **{"max_attempts": wakes_settings.max_attempts, **fields},
                 coalesce_key=slot,
@@ -120,6 +144,8 @@ def create_wake(fields: dict[str, Any], *, coalesce: bool = False) -> Wake:
                     if existing is not None:
                         return existing
                 continue  # the holder left pending between our INSERT and our read: try again
+            if budget:
+                sessions.budget_spent(using, fields, now)
             transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
             return wake
     raise InvalidWake("could not create the wake: its idempotency/coalesce slot kept changing hands")
@@ -145,6 +171,7 @@ def schedule(
     expires_in: Duration | None = None,
     expires_at: datetime | int | float | None = None,
     max_attempts: int | None = None,
+    budget: bool = False,
 ) -> Wake:
     """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``."""
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
@@ -177,7 +204,7 @@ def schedule(
             fields["fire_at"] = to_datetime(at, name="at")
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))
-    return create_wake(fields, coalesce=coalesce)
+    return create_wake(fields, coalesce=coalesce, budget=budget)
 
 
 def watch(
@@ -195,6 +222,7 @@ def watch(
     intent: Any = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    budget: bool = False,
 ) -> Wake:
     """Create a wake that fires when :func:`deliver_event` delivers its key in this workspace.
 
@@ -227,6 +255,26 @@ def watch(
         due_at=expiry,
     )
     using = db_alias()
+
+    def create_watch() -> Wake:
+        with transaction.atomic(using=using):
+            return _create_watch(using, fields, keys, since_at, event_match, now, budget)
+
+    wake = retry_rolled_back("creating a watch", create_watch)
+    if wake.fire_at is not None and wake.result is not None:
+        transaction.on_commit(partial(signals.wakes_due.send, sender=Wake, due_at=now), using=using)
+    return wake
+
+
+def _create_watch(
+    using: str,
+    fields: dict[str, Any],
+    keys: list[str],
+    since_at: datetime | None,
+    event_match: dict[str, Any] | None,
+    now: datetime,
+    budget: bool,
+) -> Wake:
     with transaction.atomic(using=using):
         if since_at is not None:
             retention.lock_event_keys(using, fields["workspace_id"], keys, now)
@@ -237,14 +285,12 @@ def watch(
                     fire_at=hit.delivered_at,
                     due_at=now,
                 )
-        wake = create_wake(fields)
+        wake = create_wake(fields, budget=budget)
         if len(keys) > 1:
             WatchedKey.objects.using(using).bulk_create(
                 [WatchedKey(wake=wake, workspace_id=wake.workspace_id, event_key=k) for k in keys[1:]],
                 ignore_conflicts=True,
             )
-    if wake.fire_at is not None and wake.result is not None:
-        transaction.on_commit(partial(signals.wakes_due.send, sender=Wake, due_at=now), using=using)
     return wake
 
 
@@ -288,6 +334,7 @@ def request_approval(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
     on_expiry: Any = None,
+    budget: bool = False,
 ) -> ApprovalRequest:
     """Create a wake that fires when a human answers; return it with its one-time token.
 
@@ -321,7 +368,7 @@ def request_approval(
         expires_at=expiry,
         due_at=expiry,
     )
-    wake = create_wake(fields)
+    wake = create_wake(fields, budget=budget)
     if wake.token_hash != fields["token_hash"]:
         # An idempotent replay: rotate the token on the existing, still-unanswered approval.
         rotated = (
@@ -343,6 +390,9 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     :func:`~django_wakes.cancel` on a firing occurrence closes the chain by setting it.
     """
     if not wake.is_recurring:
+        return None
+    if sessions.is_stopped(wake.session_id):
+        logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id)
         return None
     row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at").first()
     end_at = row["end_at"] if row is not None else wake.end_at

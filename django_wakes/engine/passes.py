@@ -52,6 +52,8 @@ _TALLY: dict[Disposition, tuple[str, ...]] = {
     Disposition.FENCED: ("fenced",),
     Disposition.RELEASED: ("released",),
     Disposition.UNWAKEABLE: (),
+    Disposition.SUPERSEDED: ("superseded",),
+    Disposition.BUSY: ("deferred",),
 }
 
 
@@ -66,6 +68,7 @@ class RunReport:
     dead: int = 0
     fenced: int = 0
     released: int = 0
+    superseded: int = 0
     claimed: int = 0
     next_at: datetime | None = None
     outcomes: dict[int, str] = field(default_factory=dict)

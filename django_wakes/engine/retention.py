@@ -16,7 +16,7 @@ from typing import Any
 from ..conf import wakes_settings
 from ..events import matches
 from ..models import EventKeyLock, RetainedEvent
-from .shared import logger
+from .shared import lock_or_create, logger
 
 #: How long a key lock row outlives its last use before gc deletes it.
 LOCK_IDLE = timedelta(days=1)
@@ -24,24 +24,11 @@ LOCK_IDLE = timedelta(days=1)
 
 def lock_event_keys(using: str, workspace_id: str, keys: Iterable[str], now: datetime) -> None:
     """Lock the (workspace, key) rows of ``keys`` in key order until the caller's transaction ends."""
-    wanted = sorted(set(keys))
-    rows = EventKeyLock.objects.using(using)
-    for _ in range(5):
-        rows.bulk_create(
-            [EventKeyLock(workspace_id=workspace_id, event_key=k, used_at=now) for k in wanted],
-            ignore_conflicts=True,
-        )
-        locked = list(
-            rows.select_for_update()
-            .filter(workspace_id=workspace_id, event_key__in=wanted)
-            .order_by("event_key")
-            .values_list("pk", flat=True)
-        )
-        if len(locked) == len(wanted):
-            rows.filter(pk__in=locked).update(used_at=now)
-            return
-        # gc deleted an idle lock row between our insert and our lock: insert it again
-    raise RuntimeError(f"could not lock event keys {wanted} in workspace {workspace_id!r}")
+    rows = EventKeyLock.objects.using(using).all()
+    for event_key in sorted(set(keys)):
+        lock = lock_or_create(rows, {"workspace_id": workspace_id, "event_key": event_key}, {"used_at": now})
+        if lock.used_at < now:
+            rows.filter(pk=lock.pk).update(used_at=now)
 
 
 def retained_hit(
@@ -73,7 +60,7 @@ def retain(using: str, workspace_id: str, event_key: str, payload: Any, now: dat
     )
     if surplus:
         events.filter(pk__in=surplus).delete()
-        logger.info("workspace %s: over %d retained events; dropped the %d oldest", workspace_id, cap, len(surplus))
+        logger.debug("workspace %s: over %d retained events; dropped the %d oldest", workspace_id, cap, len(surplus))
 
 
 def forget_expired(using: str, now: datetime) -> int:

@@ -22,11 +22,12 @@ from ..durations import parse_duration
 from ..exceptions import InvalidWake
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
-from ..sinks import Defer, Retry, Stop, call_sink, registry
+from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Stop, call_sink, registry
 from ..states import Disposition
 from ..timeutil import to_datetime
-from . import create
-from .shared import ROLLBACK_TRIES, after, db_alias, logger, ms, retry_rolled_back
+from ..validation import json_value
+from . import create, sessions
+from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
     from .claim import Claim
@@ -50,6 +51,7 @@ class Succeeded:
     claim: Claim
     stop: bool
     finished_at: datetime
+    scratch: Any = KEEP
 
     @property
     def outcome(self) -> str:
@@ -79,17 +81,34 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
     if sink_fn is None:
         release(claim)
         return FireOutcome(Disposition.UNWAKEABLE, settled=True)
+    label = f"settling wake {wake.pk}"
+    if wake.session_id is not None and sessions.is_stopped(wake.session_id):
+        return retry_rolled_back(label, lambda: _settle_superseded(claim), tries=tries)
+    busy = wakes_settings.session_busy if wake.kind == SESSION_TURN else None
+    if busy is not None and busy(wake.session_id):
+        later = Defer(until=wakes_settings.busy_retry)
+        return retry_rolled_back(label, lambda: _settle_defer(claim, later, busy=True), tries=tries)
     if wake.guarded and not _record_start(claim):
         return _fenced_out(claim)
+    running = firing_wake.set(wake)
     try:
         returned = call_sink(sink_fn, wake, dict(claim.result))
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
         error = _format_error(exc)
-        return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_failure(claim, error), tries=tries)
+        return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
+    finally:
+        firing_wake.reset(running)
     if isinstance(returned, Retry | Defer):
-        return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_returned(claim, returned), tries=tries)
-    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())
+        return retry_rolled_back(label, lambda: _settle_returned(claim, returned), tries=tries)
+    scratch = getattr(returned, "scratch", KEEP) if isinstance(returned, Stop | Done) else KEEP
+    if scratch is not KEEP:
+        try:
+            scratch = json_value(scratch, name="scratch")
+        except InvalidWake as exc:
+            error = f"the sink returned an invalid scratch: {exc}"
+            return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
+    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now(), scratch=scratch)
 
 
 def _record_start(claim: Claim) -> bool:
@@ -155,6 +174,9 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
             ]
         )
         for d in winners:
+            if d.scratch is not KEEP:
+                rows.filter(pk=d.claim.wake.pk).update(scratch=d.scratch)
+                d.claim.wake.scratch = d.scratch
             if d.claim.wake.is_recurring and not d.stop:
                 create.book_next(d.claim.wake, now)
             transaction.on_commit(
@@ -205,22 +227,30 @@ def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str =
 
 def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
     try:
+        scratch = returned.scratch if returned.scratch is KEEP else json_value(returned.scratch, name="scratch")
         if isinstance(returned, Retry):
             at = to_datetime(returned.at, name="Retry.at") if returned.at is not None else None
-            return _settle_failure(claim, returned.reason or "retry requested", retry_at=at, outcome=Outcome.RETRY)
+            reason = returned.reason or "retry requested"
+            return _settle_failure(claim, reason, retry_at=at, outcome=Outcome.RETRY, scratch=scratch)
         if isinstance(returned, Defer):
-            return _settle_defer(claim, returned)
+            return _settle_defer(claim, returned, scratch=scratch)
     except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
         return _settle_failure(claim, f"the sink returned an invalid {type(returned).__name__}: {exc}")
     return _settle_successes([Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())])[0]
 
 
 def _settle_failure(
-    claim: Claim, error: str, *, retry_at: datetime | None = None, outcome: str = Outcome.FAILED
+    claim: Claim,
+    error: str,
+    *,
+    retry_at: datetime | None = None,
+    outcome: str = Outcome.FAILED,
+    scratch: Any = KEEP,
 ) -> FireOutcome:
     using = db_alias()
     now = clock.now()
     wake = claim.wake
+    notes = {} if scratch is KEEP else {"scratch": scratch}
     with transaction.atomic(using=using):
         if wake.attempts >= wake.max_attempts:
             won = fenced(using, claim).update(
@@ -231,6 +261,7 @@ def _settle_failure(
                 last_error=error,
                 settled_at=now,
                 updated_at=now,
+                **notes,
             )
             if not won:
                 return _fenced_out(claim)
@@ -249,6 +280,7 @@ def _settle_failure(
             last_error=error,
             due_at=due,
             updated_at=now,
+            **notes,
         )
         if not won:
             return _fenced_out(claim)
@@ -259,7 +291,7 @@ def _settle_failure(
     return FireOutcome(Disposition(outcome), settled=True, error=error)
 
 
-def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
+def _settle_defer(claim: Claim, defer: Defer, *, scratch: Any = KEEP, busy: bool = False) -> FireOutcome:
     using = db_alias()
     now = clock.now()
     until = defer.until
@@ -276,11 +308,31 @@ def _settle_defer(claim: Claim, defer: Defer) -> FireOutcome:
             due_at=due,
             attempts=F("attempts") - 1,
             updated_at=now,
+            **({} if scratch is KEEP else {"scratch": scratch}),
         )
         if not won:
             return _fenced_out(claim)
-        _attempt(using, claim, now, Outcome.DEFERRED)
-    return FireOutcome(Disposition.DEFERRED, settled=True)
+        _attempt(using, claim, now, Outcome.DEFERRED, "session busy" if busy else "")
+    return FireOutcome(Disposition.BUSY if busy else Disposition.DEFERRED, settled=True)
+
+
+def _settle_superseded(claim: Claim) -> FireOutcome:
+    """The wake's session was stopped after it was claimed: settle it without running its sink."""
+    now = clock.now()
+    won = fenced(db_alias(), claim).update(
+        state=State.SUPERSEDED,
+        lane_lock=None,
+        lease_until=None,
+        claim_token=None,
+        attempts=F("attempts") - 1,
+        last_error="session stopped",
+        settled_at=now,
+        updated_at=now,
+    )
+    if not won:
+        return _fenced_out(claim)
+    logger.info("wake %s superseded: session %s is stopped", claim.wake.pk, claim.wake.session_id)
+    return FireOutcome(Disposition.SUPERSEDED, settled=True)
 
 
 def release(claim: Claim) -> bool:

@@ -10,10 +10,12 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django.db import InterfaceError, InternalError, OperationalError, connections, router
+from django.db import IntegrityError, InterfaceError, InternalError, OperationalError, connections, router, transaction
+from django.db.models import Model, QuerySet
 
 from ..exceptions import InvalidDuration
 from ..models import Wake
@@ -21,6 +23,9 @@ from ..models import Wake
 logger = logging.getLogger("django_wakes")
 
 T = TypeVar("T")
+
+#: The wake whose sink is running in this context (thread or task): a wake created meanwhile is one deeper.
+firing_wake: ContextVar[Wake | None] = ContextVar("django_wakes_firing_wake", default=None)
 
 #: How often a transaction the database aborted (deadlock, lock timeout) is tried again.
 ROLLBACK_TRIES = 6
@@ -43,6 +48,27 @@ def new_claim_token() -> str:
 
 def default_runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+M = TypeVar("M", bound=Model)
+
+
+def lock_or_create(rows: QuerySet[M], lookup: dict[str, Any], defaults: dict[str, Any] | None = None) -> M:
+    """Lock the row ``lookup`` names until the transaction ends, inserting it first if it is missing.
+
+    Locks first and inserts only when there is nothing to lock: an insert that meets an existing row
+    takes a shared lock on MySQL, and two of those upgrading to the exclusive lock deadlock. A racing
+    insert of the same row waits for the first, fails its unique check and locks the winner's row.
+    """
+    row = rows.select_for_update().filter(**lookup).first()
+    if row is not None:
+        return row
+    try:
+        with transaction.atomic(using=rows.db):
+            rows.create(**lookup, **(defaults or {}))
+    except IntegrityError:
+        pass
+    return rows.select_for_update().get(**lookup)
 
 
 def after(now: datetime, delta: timedelta, *, name: str) -> datetime:

@@ -7,7 +7,7 @@ attempts. Each is one conditional UPDATE whose row count picks the single winner
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -27,7 +27,7 @@ from ..models import State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from . import retention
 from .create import events_result
-from .shared import db_alias, hash_token
+from .shared import db_alias, hash_token, retry_rolled_back
 
 
 def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, retain: Duration | None = None) -> int:
@@ -44,6 +44,13 @@ def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, ret
     body = json_value(payload, name="payload")
     keep = events.retention(retain)
     using = db_alias()
+    accepted = retry_rolled_back("delivering an event", lambda: _deliver(using, workspace, event, body, keep, now))
+    if accepted:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+    return accepted
+
+
+def _deliver(using: str, workspace: str, event: str, body: Any, keep: timedelta | None, now: datetime) -> int:
     with transaction.atomic(using=using):
         if keep is not None:
             retention.lock_event_keys(using, workspace, [event], now)
@@ -65,8 +72,6 @@ def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, ret
             )
         if keep is not None:
             retention.retain(using, workspace, event, body, now, keep)
-    if accepted:
-        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
     return accepted
 
 

@@ -14,7 +14,10 @@ from django_wakes import clock, engine
 from django_wakes.conf import wakes_settings
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.models import Runner, State, Wake
+from django_wakes.models import Runner, SessionControl, State, Wake
+
+#: ``wakes status`` lists at most this many stopped sessions (newest first).
+STOPPED_SHOWN = 20
 
 
 def status_snapshot() -> dict[str, Any]:
@@ -43,6 +46,13 @@ def status_snapshot() -> dict[str, Any]:
             "late_seconds": round((now - oldest_due).total_seconds(), 3),
         },
         "next_due_at": next_due.isoformat() if next_due else None,
+        "stopped_sessions": [
+            {"session_id": c.session_id, "stopped_at": c.stopped_at.isoformat(), "reason": c.stop_reason}
+            for c in SessionControl.objects.using(engine.db_alias())
+            .filter(stopped_at__isnull=False)
+            .order_by("-stopped_at")[:STOPPED_SHOWN]
+            if c.stopped_at is not None
+        ],
         "runners": [
             {
                 "id": r.id,
@@ -99,6 +109,10 @@ class Command(BaseCommand):
             + ("none" if oldest is None else f"wake {oldest['id']} ({oldest['kind']}), {oldest['late_seconds']}s late")
         )
         write(f"Next due:       {snap['next_due_at'] or 'none'}")
+        if snap["stopped_sessions"]:
+            write(self.style.MIGRATE_HEADING(f"Stopped sessions ({len(snap['stopped_sessions'])} shown)"))
+            for c in snap["stopped_sessions"]:
+                write(f"  {c['session_id']}  since {c['stopped_at']}  {c['reason']}")
         write(self.style.MIGRATE_HEADING(f"Live runners ({len(snap['runners'])})"))
         for r in snap["runners"]:
             write(f"  {r['id']}  host={r['host']} pid={r['pid']} heartbeat={r['heartbeat_at']}")

@@ -1,0 +1,147 @@
+"""Sessions: stop and resume them durably, nudge them when they go idle, and budget what agents create.
+
+A stopped session's pending wakes are superseded in one statement; new wakes for it are refused; a
+wake of it that comes due anyway (claimed before the stop) is superseded when its sink would start;
+a firing one finishes, but its chain books no successor. Budgets (``WAKES["BUDGETS"]``) limit what
+is created on an agent's behalf (``budget=True``): the session's :class:`SessionControl` row (and the
+workspace's lock row) is locked first, so N processes creating for one session never end above a cap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from .. import clock, signals
+from ..conf import wakes_settings
+from ..durations import parse_duration
+from ..exceptions import BudgetExceeded, SessionStopped
+from ..models import LIVE_STATES, SessionControl, State, Wake, WorkspaceLock
+from ..sinks import SESSION_TURN
+from ..validation import key
+from .shared import db_alias, lock_or_create, logger
+
+
+def _lock_session(using: str, session_id: str, workspace_id: str, now: datetime) -> SessionControl:
+    rows = SessionControl.objects.using(using).all()
+    return lock_or_create(rows, {"session_id": session_id}, {"workspace_id": workspace_id, "updated_at": now})
+
+
+def stop_session(session_id: str, reason: str = "") -> int:
+    """Stop a session durably: supersede its pending wakes; return how many were superseded."""
+    session = key(session_id, name="session_id")
+    if not isinstance(reason, str) or len(reason) > 2000 or "\x00" in reason:
+        raise SessionStopped("reason must be a string of at most 2,000 characters without NUL")
+    now = clock.now()
+    using = db_alias()
+    with transaction.atomic(using=using):
+        control = _lock_session(using, session, "", now)
+        control.stopped_at, control.stop_reason, control.updated_at = now, reason, now
+        control.save(using=using, update_fields=["stopped_at", "stop_reason", "updated_at"])
+        superseded = (
+            Wake.objects.using(using)
+            .filter(session_id=session, state=State.PENDING)
+            .update(
+                state=State.SUPERSEDED,
+                last_error=f"session stopped: {reason}" if reason else "session stopped",
+                coalesce_key=None,
+                due_at=None,
+                settled_at=now,
+                updated_at=now,
+            )
+        )
+    logger.info("session %s stopped (%s): %d pending wake(s) superseded", session, reason or "no reason", superseded)
+    return superseded
+
+
+def resume_session(session_id: str) -> bool:
+    """Let a stopped session take new wakes again; return whether it was stopped."""
+    session = key(session_id, name="session_id")
+    return bool(
+        SessionControl.objects.using(db_alias())
+        .filter(session_id=session, stopped_at__isnull=False)
+        .update(stopped_at=None, stop_reason="", updated_at=clock.now())
+    )
+
+
+def is_stopped(session_id: str | None) -> bool:
+    if session_id is None:
+        return False
+    return SessionControl.objects.using(db_alias()).filter(session_id=session_id, stopped_at__isnull=False).exists()
+
+
+def refuse_if_stopped(session_id: str | None) -> None:
+    if is_stopped(session_id):
+        raise SessionStopped(f"session {session_id!r} is stopped; resume_session() it first")
+
+
+def nudge_session(session_id: str) -> int:
+    """The host's "turn finished" signal: its session_turn wakes that waited for it become due now.
+
+    Return how many. A runner's push path picks them up at once (on commit).
+    """
+    session = key(session_id, name="session_id")
+    now = clock.now()
+    using = db_alias()
+    nudged = (
+        Wake.objects.using(using)
+        .filter(session_id=session, kind=SESSION_TURN, state=State.PENDING, fire_at__lte=now, due_at__gt=now)
+        .update(due_at=now, updated_at=now)
+    )
+    if nudged:
+        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+    return nudged
+
+
+def _limit(name: str) -> Any:
+    return wakes_settings.budgets.get(name)
+
+
+def _duration_limit(name: str) -> timedelta | None:
+    value = _limit(name)
+    return None if value is None else parse_duration(value, name=f"WAKES['BUDGETS'][{name!r}]")
+
+
+def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
+    """Refuse a wake made for an agent that would go over a budget; lock what the counts depend on.
+
+    Runs inside the create transaction, before the insert; the locks are held until it commits.
+    """
+    session, workspace = fields.get("session_id"), fields["workspace_id"]
+    depth_cap = _limit("CHAIN_MAX_DEPTH")
+    if depth_cap is not None and fields.get("depth", 0) > depth_cap:
+        raise BudgetExceeded("chain_max_depth", f"this wake would be {fields['depth']} deep; at most {depth_cap}")
+    fire_at = fields.get("fire_at")
+    if fire_at is not None:
+        soonest, latest = _duration_limit("SESSION_MIN_DELAY"), _duration_limit("SESSION_MAX_HORIZON")
+        if soonest is not None and fire_at - now < soonest:
+            raise BudgetExceeded("session_min_delay", f"a wake must fire at least {soonest} from now")
+        if latest is not None and fire_at - now > latest:
+            raise BudgetExceeded("session_max_horizon", f"a wake must fire within {latest} from now")
+    if session is not None:
+        control = _lock_session(using, session, workspace, now)
+        if control.stopped_at is not None:
+            raise SessionStopped(f"session {session!r} is stopped; resume_session() it first")
+        cooldown = _duration_limit("SESSION_COOLDOWN")
+        if cooldown is not None and control.last_agent_wake_at and now - control.last_agent_wake_at < cooldown:
+            raise BudgetExceeded("session_cooldown", f"this session made a wake less than {cooldown} ago")
+        cap = _limit("SESSION_MAX_LIVE")
+        if cap is not None:
+            live = Wake.objects.using(using).filter(session_id=session, state__in=LIVE_STATES).count()
+            if live >= cap:
+                raise BudgetExceeded("session_max_live", f"this session has {live} live wakes; at most {cap}")
+    workspace_cap = _limit("WORKSPACE_MAX_LIVE")
+    if workspace_cap is not None:
+        lock_or_create(WorkspaceLock.objects.using(using).all(), {"workspace_id": workspace})
+        live = Wake.objects.using(using).filter(workspace_id=workspace, state__in=LIVE_STATES).count()
+        if live >= workspace_cap:
+            raise BudgetExceeded("workspace_max_live", f"this workspace has {live} live wakes; at most {workspace_cap}")
+
+
+def budget_spent(using: str, fields: dict[str, Any], now: datetime) -> None:
+    """Note an agent-made wake for the session's cooldown (same transaction as its insert)."""
+    session = fields.get("session_id")
+    if session is not None:
+        SessionControl.objects.using(using).filter(session_id=session).update(last_agent_wake_at=now, updated_at=now)
