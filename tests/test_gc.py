@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import django_wakes
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.models import State, Wake, WakeAttempt
+from django_wakes.testing import fake_clock
 
 from .factories import WakeAttemptFactory, WakeFactory
 
@@ -100,3 +101,16 @@ def test_gc_rejects_a_bad_duration(clock):
     with pytest.raises(InvalidDuration):
         django_wakes.gc(older_than="a while")
     assert Wake.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_gc_forgets_webhook_delivery_ids_older_than_a_day():
+    from django_wakes.models import WebhookDelivery
+
+    with fake_clock(datetime(2030, 1, 1, tzinfo=UTC)) as clock:
+        WebhookDelivery.objects.create(source="ci", delivery_id="old", received_at=clock.now())
+        clock.advance("1d")
+        clock.advance("1s")
+        WebhookDelivery.objects.create(source="ci", delivery_id="new", received_at=clock.now())
+        django_wakes.gc()
+    assert list(WebhookDelivery.objects.values_list("delivery_id", flat=True)) == ["new"]

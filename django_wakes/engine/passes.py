@@ -24,6 +24,7 @@ from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
+from ..webhooks import forget_deliveries
 from . import retention
 from .claim import Claim, claim_batch, take_over_lapsed
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
@@ -36,6 +37,9 @@ from .shared import (
     forget_broken_connection,
     logger,
 )
+
+#: How long gc keeps accepted webhook delivery ids (a replay older than twice the 5-minute tolerance is refused anyway).
+WEBHOOK_IDS_KEPT = "1d"
 
 #: How long sinks that returned normally wait to be settled together (seconds).
 SETTLE_WINDOW = 0.05
@@ -210,6 +214,7 @@ def gc(*, older_than: Duration = "30d", batch: int = 1000) -> int:
     using = db_alias()
     total = 0
     retention.forget_expired(using, clock.now())
+    forget_deliveries(WEBHOOK_IDS_KEPT)
     newest_fence = Fence.objects.using(using).aggregate(m=Max("pk"))["m"]
     if newest_fence is not None:  # only the newest token matters: the sequence continues after it
         Fence.objects.using(using).filter(pk__lt=newest_fence).delete()
