@@ -45,7 +45,7 @@ __all__ = [
     "ApprovalHook",
     "describe_wake",
     "dispatch",
-    "firing_wake",
+    "firing_turn_wake",
     "tool_definitions",
     "turn_context",
 ]
@@ -83,6 +83,11 @@ ENGINE_ERROR_CODES: dict[str, str] = {
     "InvalidSchedule": "invalid_arguments",
     "ApprovalNotFound": "not_found",
     "WakeError": "invalid_request",
+}
+
+#: What the model is told instead of the engine's message (which is written for the host).
+MODEL_MESSAGES: dict[str, str] = {
+    "session_stopped": "this conversation was stopped and takes no new wakes: do not retry",
 }
 
 #: The longest ``arguments`` JSON text accepted, in characters.
@@ -358,7 +363,8 @@ def _json_type(value: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str) if _json_type(value) != "object" else "{...}"
+    """``value`` as short JSON for a message: ASCII, so a NUL or lone surrogate the model sent stays escaped."""
+    text = json.dumps(value, default=str) if _json_type(value) != "object" else "{...}"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -445,11 +451,13 @@ def _validate(name: str, schema: Mapping[str, Any], arguments: Any) -> dict[str,
     accepted = ", ".join(properties) or "no arguments"
     unknown = [f for f in arguments if f not in properties]
     if unknown:
-        listed = ", ".join(repr(f) for f in unknown)
+        listed = ", ".join(_shown(f) for f in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        first = unknown[0]
+        plain = isinstance(first, str) and len(first) <= 100 and _bad_text(first) is None
         raise ToolError(
             "invalid_arguments",
             f"unknown argument{'s' if len(unknown) > 1 else ''} {listed}; {name} accepts: {accepted}",
-            field=unknown[0] if isinstance(unknown[0], str) else None,
+            field=first if plain else None,
         )
     for field in schema["required"]:
         if field not in arguments:
@@ -507,7 +515,7 @@ def _engine_error(exc: WakeError, properties: Iterable[str]) -> ToolError:
             break
     message = str(exc)
     prefix = message.split(":", 1)[0].split(" ", 1)[0]
-    return ToolError(code, message, field=prefix if prefix in properties else None)
+    return ToolError(code, MODEL_MESSAGES.get(code, message), field=prefix if prefix in properties else None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -551,7 +559,7 @@ def describe_wake(wake: Wake) -> dict[str, Any]:
     return summary
 
 
-def firing_wake(session_id: str) -> Wake | None:
+def firing_turn_wake(session_id: str) -> Wake | None:
     """Return the ``session_turn`` wake of ``session_id`` that is firing now, if exactly one is.
 
     Call it from the ``SPAWN_TURN`` hook (which is handed only the session and the trigger's result)
@@ -577,7 +585,7 @@ def turn_context(session_id: str, result: Mapping[str, Any]) -> dict[str, Any]:
     ``result`` is what the trigger delivered (``{"trigger": "at"}``, an event's ``payload``, an
     approval's ``answer``, or ``"expired": true``).
     """
-    wake = firing_wake(session_id)
+    wake = firing_turn_wake(session_id)
     return {"wake": describe_wake(wake) if wake is not None else None, "result": dict(result)}
 
 

@@ -298,6 +298,7 @@ BAD_CALLS = [
     ("schedule_followup", "[" * 100_000, "invalid_arguments", None, "limit"),
     ("schedule_followup", "[" * 60_000, "invalid_json", None, "JSON"),
     ("schedule_followup", {"delay": "3d", "note": "x", "when": "now"}, "invalid_arguments", "when", "accepts"),
+    ("list_wakes", {f"x{i}": i for i in range(9)}, "invalid_arguments", "x0", '"x4", ...'),
     ("schedule_followup", {"delay": "3d"}, "invalid_arguments", "note", "missing"),
     ("schedule_followup", {"delay": 3, "note": "x"}, "invalid_arguments", "delay", "string"),
     ("schedule_followup", {"delay": None, "note": "x"}, "invalid_arguments", "delay", "omit"),
@@ -372,6 +373,24 @@ def test_bad_input_is_an_error_dict_and_writes_nothing(clock, name, arguments, c
     assert list(Wake.objects.values_list("pk", "state", "updated_at")) == before
 
 
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("schedule_followup", {"delay": "3d", "note": "x", "\ud800": 1}),
+        ("schedule_followup", {"delay": "3d", "note": "x", "k\x00" + "y" * 500: 1}),
+        ("watch_event", {"event_key": ["\ud800", "\x00"]}),
+        ("\ud800\x00", {}),
+    ],
+)
+def test_an_error_never_echoes_what_no_host_can_encode(clock, name, arguments):
+    result = call(name, arguments)
+    assert result["error"]["code"] in ("invalid_arguments", "unknown_tool")
+    text = json.dumps(result, ensure_ascii=False)
+    text.encode()  # no lone surrogate
+    assert "\x00" not in text and len(text) < 600
+    assert result["error"].get("field") in (None, "event_key")
+
+
 def test_errors_the_engine_raises_map_to_codes_by_exception_class():
     class BudgetExceeded(InvalidWake):
         pass
@@ -387,7 +406,9 @@ def test_errors_the_engine_raises_map_to_codes_by_exception_class():
         return error["code"], error.get("field")
 
     assert code(BudgetExceeded("SESSION_MAX_LIVE: 20 live wakes")) == ("budget_exceeded", None)
-    assert code(SessionStopped("session 's' is stopped")) == ("session_stopped", None)
+    assert code(SessionStopped("session 's' is stopped; resume_session() it first")) == ("session_stopped", None)
+    message = tools._engine_error(SessionStopped("resume_session() it first"), []).message
+    assert "resume_session" not in message and "stopped" in message
     assert code(SomethingNew("cron: no")) == ("invalid_arguments", "cron")
     assert code(InvalidWake("expires_at is not in the future")) == ("invalid_request", None)
     assert code(ApprovalNotFound("no")) == ("not_found", None)
@@ -594,31 +615,41 @@ def test_a_followup_fired_by_run_due_reaches_the_session(clock, spawned):
     assert spawned == [(SESSION, {"trigger": "at"})]
 
 
-def test_spawn_turn_learns_the_note_through_turn_context(clock, settings):
-    turns: list[tuple[str, dict[str, Any]]] = []
+@pytest.fixture
+def turns(settings: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Point ``SPAWN_TURN`` at a hook that records ``(session_id, turn_context(session_id, result))``."""
+    recorded: list[tuple[str, dict[str, Any]]] = []
 
     def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
-        turns.append((session_id, tools.turn_context(session_id, result)))
+        recorded.append((session_id, tools.turn_context(session_id, result)))
 
     settings.WAKES = {**settings.WAKES, "SPAWN_TURN": spawn_turn}
+    return recorded
+
+
+def test_spawn_turn_learns_the_note_through_turn_context(clock, turns):
     created = followup("check whether PR 42 merged", "3d")
-    other = followup("second one, same instant", "3d")
+    clock.advance("3d")
+    assert django_wakes.run_due().fired == 1
+    assert turns == [(SESSION, {"wake": {**created, "state": "firing"}, "result": {"trigger": "at"}})]
+    assert tools.turn_context(SESSION, {"trigger": "at"}) == {"wake": None, "result": {"trigger": "at"}}
+
+
+def test_followups_due_at_one_instant_each_bring_their_own_note(clock, turns):
+    """A session's turn wakes share a lane (the engine's default), so one fires at a time and is found."""
+    created = followup("first", "3d")
+    other = followup("second, same instant", "3d")
     elsewhere = followup("another session", "3d", session_id="sess-2")
     clock.advance("3d")
-    while django_wakes.run_due().fired:  # a session's turns share a lane: one at a time
+    while django_wakes.run_due().fired:
         pass
     assert len(turns) == 3
-    by_note = {context["wake"]["note"]: (session, context) for session, context in turns}
-    assert by_note["check whether PR 42 merged"] == (
-        SESSION,
-        {"wake": {**created, "state": "firing"}, "result": {"trigger": "at"}},
-    )
-    assert by_note["second one, same instant"][1]["wake"]["wake_id"] == other["wake_id"]
-    assert by_note["another session"] == (
-        "sess-2",
-        {"wake": {**elsewhere, "state": "firing"}, "result": {"trigger": "at"}},
-    )
-    assert tools.turn_context(SESSION, {"trigger": "at"}) == {"wake": None, "result": {"trigger": "at"}}
+    by_note = {context["wake"]["note"]: (session, context["wake"]["wake_id"]) for session, context in turns}
+    assert by_note == {
+        "first": (SESSION, created["wake_id"]),
+        "second, same instant": (SESSION, other["wake_id"]),
+        "another session": ("sess-2", elsewhere["wake_id"]),
+    }
 
 
 # --------------------------------------------------------------------------------------------------
