@@ -53,8 +53,8 @@ __all__ = [
 logger = logging.getLogger("django_wakes")
 
 #: Keyword arguments merged into every ``schedule``/``watch``/``request_approval`` call a tool makes:
-#: the one place to switch on engine options for agent-made wakes, e.g. ``{"budget": True}``.
-AGENT_CALL_OPTIONS: dict[str, Any] = {}
+#: a model's wakes always count against ``WAKES["BUDGETS"]`` (host code is limited only when it asks).
+AGENT_CALL_OPTIONS: dict[str, Any] = {"budget": True}
 
 #: The host's hook for approval tokens: ``on_approval(wake, token)``, called by :func:`dispatch`.
 ApprovalHook = Callable[["Wake", str], object]
@@ -563,12 +563,18 @@ def firing_turn_wake(session_id: str) -> Wake | None:
     """Return the ``session_turn`` wake of ``session_id`` that is firing now, if exactly one is.
 
     Call it from the ``SPAWN_TURN`` hook (which is handed only the session and the trigger's result)
-    to learn which wake it runs for. A session's turns share a lane by default, so at most one of
+    to learn which wake it runs for. Inside the hook this is the wake being fired (the engine keeps
+    it in a context variable); elsewhere, a session's turns share a lane by default, so at most one of
     them fires at a time; ``None`` when none is firing, or when several are (wakes given a lane of
     their own by their creator).
     """
     from .engine import db_alias
+    from .engine.shared import firing_wake
     from .models import State, Wake
+
+    current = firing_wake.get()
+    if current is not None and current.session_id == session_id and current.kind == SESSION_TURN:
+        return current
 
     rows = list(
         Wake.objects.using(db_alias())

@@ -270,3 +270,14 @@ def test_the_context_overflow_recipe_survives_a_runner_kill(clock, settings):
         Outcome.ABANDONED,
         Outcome.FIRED,
     ]
+
+
+def test_the_tools_always_spend_the_agents_budget(clock, settings, spawned):
+    from django_wakes import tools
+
+    settings.WAKES = {**settings.WAKES, "BUDGETS": {"SESSION_MAX_LIVE": 1}}
+    first = tools.dispatch("schedule_followup", {"delay": "1h", "note": "one"}, workspace_id=WS, session_id="s-t")
+    assert "error" not in first
+    second = tools.dispatch("schedule_followup", {"delay": "2h", "note": "two"}, workspace_id=WS, session_id="s-t")
+    assert second["error"]["code"] == "budget_exceeded"
+    assert Wake.objects.filter(session_id="s-t").count() == 1
