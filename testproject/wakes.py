@@ -11,8 +11,12 @@ logger = logging.getLogger("testproject")
 
 
 def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
-    """Stand-in for an agent host: print the turn a real host would start."""
-    print(f"  -> session {session_id} resumes with {result}", flush=True)
+    """Stand-in for an agent host: print the turn a real host would start (with a tool-made wake's note)."""
+    from django_wakes.tools import turn_context
+
+    context = turn_context(session_id, result)
+    note = (context["wake"] or {}).get("note")
+    print(f"  -> session {session_id} resumes with {result}" + (f", note: {note!r}" if note else ""), flush=True)
 
 
 def authorize(actor: Any, workspace_id: str) -> bool:

@@ -82,7 +82,9 @@ def session_lane(session_id: str) -> str:
     return f"session:{session_id}"[:KEY_LENGTH]
 
 
-def create_wake(fields: dict[str, Any], *, coalesce: bool = False, budget: bool = False) -> Wake:
+def create_wake(
+    fields: dict[str, Any], *, coalesce: bool = False, budget: bool = False, now: datetime | None = None
+) -> Wake:
     """Insert a wake built from validated ``fields``; idempotent and coalescing creates return the holder.
 
     Both dedup paths end at a unique index, so concurrent creators cannot both win: the loser's
@@ -95,11 +97,14 @@ def create_wake(fields: dict[str, Any], *, coalesce: bool = False, budget: bool 
         fields = {**fields, "depth": parent.depth + 1 if parent is not None else 0}
     # A deadlock between creators locking one session's row (MySQL) is retried, unless the
     # caller's own transaction surrounds this one (then it is the caller's to retry).
-    return retry_rolled_back("creating a wake", lambda: _create_wake(fields, coalesce=coalesce, budget=budget))
+    # ``now``: the caller's "now" (its delays count from it), so a budget's minimum delay is exact.
+    asked = now
+    return retry_rolled_back(
+        "creating a wake", lambda: _create_wake(fields, coalesce=coalesce, budget=budget, now=asked or clock.now())
+    )
 
 
-def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool) -> Wake:
-    now = clock.now()
+def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: datetime) -> Wake:
     using = db_alias()
     workspace, idem = fields["workspace_id"], fields.get("idempotency_key")
     slot = f"{fields['kind']}|{fields['serial_key']}" if coalesce else None
@@ -204,7 +209,7 @@ def schedule(
             fields["fire_at"] = to_datetime(at, name="at")
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))
-    return create_wake(fields, coalesce=coalesce, budget=budget)
+    return create_wake(fields, coalesce=coalesce, budget=budget, now=now)
 
 
 def watch(
@@ -285,7 +290,7 @@ def _create_watch(
                     fire_at=hit.delivered_at,
                     due_at=now,
                 )
-        wake = create_wake(fields, budget=budget)
+        wake = create_wake(fields, budget=budget, now=now)
         if len(keys) > 1:
             WatchedKey.objects.using(using).bulk_create(
                 [WatchedKey(wake=wake, workspace_id=wake.workspace_id, event_key=k) for k in keys[1:]],
@@ -368,7 +373,7 @@ def request_approval(
         expires_at=expiry,
         due_at=expiry,
     )
-    wake = create_wake(fields, budget=budget)
+    wake = create_wake(fields, budget=budget, now=now)
     if wake.token_hash != fields["token_hash"]:
         # An idempotent replay: rotate the token on the existing, still-unanswered approval.
         rotated = (

@@ -10,6 +10,7 @@ import os
 import secrets
 import sys
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -19,6 +20,7 @@ from django.urls import reverse
 import django_wakes
 from django_wakes.runner import Sweeper
 from django_wakes.sinks import registry
+from django_wakes.testing import fake_clock
 
 
 class Command(BaseCommand):
@@ -89,7 +91,30 @@ class Command(BaseCommand):
         if timed.state != "fired":
             raise CommandError(f"the delayed wake did not fire (state {timed.state})")
         out.write(self.style.SUCCESS("All three wakes fired."))
+        self.agent_follow_up(runner)
         self.open_approval_for_a_human(base_url.rstrip("/"))
+
+    def agent_follow_up(self, runner: Sweeper) -> None:
+        """A model's tool call (as a host would dispatch it) books a follow-up; the turn comes back."""
+        from django_wakes import tools
+
+        out = self.stdout
+        out.write(self.style.MIGRATE_HEADING("An agent asks to be woken: dispatch('schedule_followup', ...)"))
+        arguments = '{"delay": "10s", "note": "check whether the deploy finished"}'  # as a model emits it
+        result = tools.dispatch(
+            "schedule_followup",
+            arguments,
+            workspace_id="demo",
+            session_id="agent-session-1",
+            tool_call_id=f"demo-call-{int(time.time())}",
+        )
+        if "error" in result:
+            raise CommandError(f"the tool call was refused: {result['error']}")
+        out.write(f"  the model is told: {result}")
+        later = datetime.fromisoformat(result["fire_at"]) + timedelta(seconds=1)
+        with fake_clock(later):  # rather than wait 10 s, the demo moves its clock past the follow-up
+            report = runner.run_once()
+        out.write(f"  at {later:%H:%M:%S} the session's turn came back (fired {report.fired}), note and all")
 
     def open_approval_for_a_human(self, base_url: str) -> None:
         """Leave one approval open, refresh the ``demo`` user, and print how to answer it in a browser."""
