@@ -60,14 +60,22 @@ def _check_kind(value: Any, session_id: str | None) -> str:
 
 
 def _common(
-    *, workspace_id: Any, session_id: Any, kind: Any, serial_key: Any, intent: Any, idempotency_key: Any
+    *,
+    workspace_id: Any,
+    session_id: Any,
+    kind: Any,
+    serial_key: Any,
+    intent: Any,
+    idempotency_key: Any,
+    max_attempts: Any = None,
 ) -> dict[str, Any]:
+    """The validated fields every kind of wake has (``max_attempts`` only when given)."""
     session = key(session_id, name="session_id", required=False)
     checked_kind = _check_kind(kind, session)
     lane = key(serial_key, name="serial_key", required=False)
     if lane is None and checked_kind == SESSION_TURN and session is not None:
         lane = session_lane(session)  # one session never runs two turns at once, even across runners
-    return {
+    fields = {
         "workspace_id": key(workspace_id, name="workspace_id"),
         "session_id": session,
         "kind": checked_kind,
@@ -75,6 +83,9 @@ def _common(
         "intent": json_value(intent, name="intent"),
         "idempotency_key": key(idempotency_key, name="idempotency_key", required=False),
     }
+    if max_attempts is not None:
+        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    return fields
 
 
 def session_lane(session_id: str) -> str:
@@ -190,9 +201,8 @@ def schedule(
         serial_key=serial_key,
         intent=intent,
         idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
     )
-    if max_attempts is not None:
-        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
     if cron is not None or every is not None:
         fields.update(
             recurrence.plan_chain(
@@ -245,9 +255,8 @@ def watch(
         serial_key=serial_key,
         intent=intent,
         idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
     )
-    if max_attempts is not None:
-        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
     keys = _event_keys(event_key, event_keys)
     event_match = events.match_filter(match)
     since_at = events.since_moment(since, now)
@@ -360,9 +369,8 @@ def request_approval(
         serial_key=serial_key,
         intent=intent,
         idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
     )
-    if max_attempts is not None:
-        fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
     expiry = _expiry(now, expires_in, expires_at)
     token = secrets.token_urlsafe(32)
     fields.update(

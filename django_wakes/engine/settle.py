@@ -134,9 +134,7 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
     now = clock.now()
     rows = Wake.objects.using(using)
     settled = {
-        "lane_lock": None,
-        "lease_until": None,
-        "claim_token": None,
+        **LET_GO,
         "last_error": "",
         "settled_at": now,
         "updated_at": now,
@@ -207,6 +205,10 @@ def _format_error(exc: BaseException) -> str:
     return text[-ERROR_MAX_CHARS:]
 
 
+#: What every settle writes besides its state: the wake no longer holds a lane, a lease or a fence.
+LET_GO: dict[str, Any] = {"lane_lock": None, "lease_until": None, "claim_token": None}
+
+
 def fenced(using: str, claim: Claim) -> WakeQuerySet:
     """The wake of ``claim``, only while it is still firing under the claim's token (the fence)."""
     return Wake.objects.using(using).filter(pk=claim.wake.pk, state=State.FIRING, claim_token=claim.token)
@@ -255,9 +257,7 @@ def _settle_failure(
         if wake.attempts >= wake.max_attempts:
             won = fenced(using, claim).update(
                 state=State.DEAD,
-                lane_lock=None,
-                lease_until=None,
-                claim_token=None,
+                **LET_GO,
                 last_error=error,
                 settled_at=now,
                 updated_at=now,
@@ -274,9 +274,7 @@ def _settle_failure(
         due = retry_at or now + wakes_settings.backoff(wake.attempts)
         won = fenced(using, claim).update(
             state=State.PENDING,
-            lane_lock=None,
-            lease_until=None,
-            claim_token=None,
+            **LET_GO,
             last_error=error,
             due_at=due,
             updated_at=now,
@@ -302,9 +300,7 @@ def _settle_defer(claim: Claim, defer: Defer, *, scratch: Any = KEEP, busy: bool
     with transaction.atomic(using=using):
         won = fenced(using, claim).update(
             state=State.PENDING,
-            lane_lock=None,
-            lease_until=None,
-            claim_token=None,
+            **LET_GO,
             due_at=due,
             attempts=F("attempts") - 1,
             updated_at=now,
@@ -321,9 +317,7 @@ def _settle_superseded(claim: Claim) -> FireOutcome:
     now = clock.now()
     won = fenced(db_alias(), claim).update(
         state=State.SUPERSEDED,
-        lane_lock=None,
-        lease_until=None,
-        claim_token=None,
+        **LET_GO,
         attempts=F("attempts") - 1,
         last_error="session stopped",
         settled_at=now,
@@ -340,9 +334,7 @@ def release(claim: Claim) -> bool:
     return bool(
         fenced(db_alias(), claim).update(
             state=State.PENDING,
-            lane_lock=None,
-            lease_until=None,
-            claim_token=None,
+            **LET_GO,
             attempts=F("attempts") - 1,
             updated_at=clock.now(),
         )
@@ -356,9 +348,7 @@ def bury_locked(using: str, wake: Wake, now: datetime, error: str) -> None:
     """
     Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING).update(
         state=State.DEAD,
-        lane_lock=None,
-        lease_until=None,
-        claim_token=None,
+        **LET_GO,
         last_error=error,
         settled_at=now,
         updated_at=now,
