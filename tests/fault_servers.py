@@ -448,19 +448,36 @@ class MariaDBServer(DatabaseServer):
         if not on:
             self._execute("SET GLOBAL read_only = 0")
             return
+        import MySQLdb
+
         conn = self.admin()
         try:
             with conn.cursor() as cursor:
-                cursor.execute("SET GLOBAL read_only = 1")
-                cursor.execute(
-                    "SELECT id FROM information_schema.processlist "
-                    "WHERE id <> CONNECTION_ID() AND user NOT IN ('system user', 'event_scheduler', '')"
-                )
-                for (thread_id,) in cursor.fetchall():
-                    with suppress(Exception):  # it may have hung up by itself meanwhile
-                        cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+                # read_only = 1 takes the global read lock, which waits for open transactions; a client
+                # whose next write queues behind that pending lock would stall both for as long as
+                # lock_wait_timeout allows. So: disconnect everyone, then try briefly; again if need be.
+                cursor.execute("SET SESSION lock_wait_timeout = 2")
+                for attempt in range(1, 11):
+                    self._disconnect_others(cursor)
+                    try:
+                        cursor.execute("SET GLOBAL read_only = 1")
+                        break
+                    except MySQLdb.OperationalError as exc:
+                        if exc.args[0] != 1205 or attempt == 10:  # ER_LOCK_WAIT_TIMEOUT
+                            raise
+                self._disconnect_others(cursor)
         finally:
             conn.close()
+
+    @staticmethod
+    def _disconnect_others(cursor: Any) -> None:
+        cursor.execute(
+            "SELECT id FROM information_schema.processlist "
+            "WHERE id <> CONNECTION_ID() AND user NOT IN ('system user', 'event_scheduler', '')"
+        )
+        for (thread_id,) in cursor.fetchall():
+            with suppress(Exception):  # it may have hung up by itself meanwhile
+                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
 
     def refuses_writes(self) -> bool:
         import MySQLdb

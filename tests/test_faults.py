@@ -40,6 +40,7 @@ Python driver) is skipped with the reason, except under ``CI=true``, where that 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -197,8 +198,8 @@ def rig(server: DatabaseServer, tmp_path: Path) -> Iterator[Rig]:
 # --------------------------------------------------------------------------------------------------
 
 
-def spread_workload(*, sleep: float = 0.0, max_attempts: int = 10) -> list[dict[str, Any]]:
-    """WAKES ledger wakes on LANES lanes, coming due evenly over SPREAD_MS from half a second on.
+def spread_workload(*, count: int = WAKES, sleep: float = 0.0, max_attempts: int = 10) -> list[dict[str, Any]]:
+    """``count`` ledger wakes on LANES lanes, coming due evenly over SPREAD_MS from half a second on.
 
     ``max_attempts`` is generous: how attempts are charged is the poison test's business, not these.
     """
@@ -206,11 +207,11 @@ def spread_workload(*, sleep: float = 0.0, max_attempts: int = 10) -> list[dict[
         {
             "kind": "probe.ledger",
             "lane": f"lane-{i % LANES:02d}",
-            "in_ms": 500 + SPREAD_MS * i // WAKES,
+            "in_ms": 500 + SPREAD_MS * i // count,
             "intent": {"i": i, "sleep": sleep} if sleep else {"i": i},
             "max_attempts": max_attempts,
         }
-        for i in range(WAKES)
+        for i in range(count)
     ]
 
 
@@ -293,6 +294,8 @@ def test_runners_outlive_the_fault_and_fire_every_wake(rig: Rig, fault: str) -> 
 # --------------------------------------------------------------------------------------------------
 
 PARTITION = 10.0
+PARTITION_WAKES = 900
+SINK_SECONDS = 0.05  # each sink of the partition test: long enough to catch the proxied runner inside one
 
 
 def test_a_partitioned_runner_starts_no_sink_for_a_claim_already_taken_over(rig: Rig) -> None:
@@ -309,14 +312,15 @@ def test_a_partitioned_runner_starts_no_sink_for_a_claim_already_taken_over(rig:
         direct = [rig.runner(f"direct-{n}", lease="2s") for n in range(RUNNERS - 1)]
         cut = rig.runner("partitioned", lease="2s", DATABASE_URL=rig.server.url(port=proxy.port))
         rig.wait_registered(*direct, cut)
-        ids = rig.seed(spread_workload(sleep=0.02))
+        ids = rig.seed(spread_workload(count=PARTITION_WAKES, sleep=SINK_SECONDS))
+        mine = rig.procs.probe_dir / f"probe.ledger-{cut.pid}.jsonl"
 
-        def mid_batch() -> bool:  # the proxied runner has just started a sink: it has claims in hand
+        def in_a_sink() -> bool:  # its latest sink started under half a sink ago: it holds that claim
             rig.assert_alive("before the partition")
-            mine = [line["t"] for line in rig.ledger() if line["pid"] == cut.pid]
-            return len(mine) >= 30 and time.monotonic_ns() - max(mine) < 100_000_000
+            lines = mine.read_bytes().splitlines() if mine.exists() else []
+            return len(lines) >= 30 and time.monotonic_ns() - json.loads(lines[-1])["t"] < SINK_SECONDS * 1e9 / 2
 
-        wait_for(mid_batch, timeout=120, interval=0.02, what="the proxied runner to be in the middle of a batch")
+        wait_for(in_a_sink, timeout=120, interval=0.002, what="the proxied runner to be inside a sink")
         began = time.monotonic_ns()
         proxy.pause()
         time.sleep(PARTITION)
