@@ -17,6 +17,8 @@ stalled, or lost the database — is handed back unstarted instead of fired.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import queue
@@ -32,7 +34,9 @@ from django.db import connections
 from . import clock, engine, push
 from .conf import wakes_settings
 from .engine import TRANSIENT_ERRORS, Claim, RunReport, runners
+from .engine.shared import firing_wake
 from .outage import OutageLog
+from .sinks import registry
 from .states import Disposition
 
 logger = logging.getLogger("django_wakes")
@@ -93,6 +97,8 @@ class Sweeper:
         # database connection for its whole life). unfinished_tasks counts queued + firing wakes.
         self._queue: queue.Queue[Claim | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
+        # --concurrency > 1: async def sinks are awaited together on one event loop instead.
+        self._async: AsyncFirer | None = None
         # The first gc comes a minute after boot (or sooner if gc_every is shorter), so a runner
         # that is restarted more often than gc_every still collects.
         first_gc = 60.0 if gc_every is None else min(60.0, gc_every.total_seconds())
@@ -286,6 +292,8 @@ class Sweeper:
             listener = push.Listener(alias, self.nudge)
             listener.start()
         if self.concurrency > 1:
+            self._async = AsyncFirer(self)
+            self._async.start()
             self._workers = [
                 threading.Thread(target=self._fire_worker, name=f"django-wakes-fire-{n}", daemon=True)
                 for n in range(self.concurrency)
@@ -323,6 +331,8 @@ class Sweeper:
             self._beat_now.set()
             for _ in self._workers:
                 self._queue.put(None)
+            if self._async is not None:
+                self._async.stop(0.0)
             self._deregister()
             connections.close_all()
 
@@ -335,18 +345,39 @@ class Sweeper:
             report = self.run_once()
             return report.next_at, report.claimed >= limit
         drop_broken_connections()
-        if self._queue.unfinished_tasks >= self.concurrency:
-            self._wakeup.wait(self.interval)  # every fire thread is busy; one finishing sets _wakeup
+        if self.in_flight() >= self.concurrency:
+            self._wakeup.wait(self.interval)  # every slot is busy; one finishing sets _wakeup
             return None, True
-        limit = self.planned_batch()
+        limit = min(self.planned_batch(), self.concurrency - self.in_flight())
         claims = self._claim(limit)
         for claim in claims:
-            self._queue.put(claim)
+            sink_fn = registry.get(claim.wake.kind)
+            if self._async is not None and sink_fn is not None and inspect.iscoroutinefunction(sink_fn):
+                self._start_async(claim)
+            else:
+                self._queue.put(claim)
         if len(claims) < limit:
             engine.observe_unwakeable()
         if claims:
             return None, True
         return engine.next_due_at(), False
+
+    def in_flight(self) -> int:
+        """Claims queued for or firing in the fire threads, plus async sinks being awaited."""
+        return self._queue.unfinished_tasks + (self._async.running if self._async is not None else 0)
+
+    def _start_async(self, claim: Claim) -> None:
+        """Start an async sink on the event loop (the checks before it run here, in the pass's thread)."""
+        if not self.may_start(claim):
+            engine.hand_back(claim)
+            self._settled(claim, engine.FireOutcome(Disposition.RELEASED, settled=True))
+            return
+        ready = engine.prepare_sink(claim, tries=None)
+        if isinstance(ready, engine.FireOutcome):
+            self._settled(claim, ready)
+            return
+        assert self._async is not None
+        self._async.submit(claim, ready)
 
     def _fire_worker(self) -> None:
         """Fire claims from the queue until told to stop; unstarted claims are handed back on shutdown."""
@@ -377,15 +408,17 @@ class Sweeper:
         self._wakeup.wait(seconds)
 
     def _drain(self) -> None:
-        """Wait (at most ``shutdown_timeout``) for the fire threads to finish or hand back their claims."""
+        """Wait (at most ``shutdown_timeout``) for the fire threads and async sinks to finish."""
         if not self._workers:
             return
-        logger.info("waiting for %d wake(s) in hand", self._queue.unfinished_tasks)
+        logger.info("waiting for %d wake(s) in hand", self.in_flight())
         for _ in self._workers:
             self._queue.put(None)
         deadline = time.monotonic() + self.shutdown_timeout
         for worker in self._workers:
             worker.join(max(deadline - time.monotonic(), 0.0))
+        if self._async is not None:
+            self._async.stop(max(deadline - time.monotonic(), 0.0))
 
     def _maybe_gc(self) -> None:
         gc_after = wakes_settings.gc_after
@@ -474,6 +507,122 @@ class Sweeper:
             runners.deregister(self.runner_id)
         except Exception:  # the row ages out by itself
             logger.debug("could not deregister runner %s", self.runner_id, exc_info=True)
+
+
+class AsyncFirer:
+    """Await ``async def`` sinks together on one event loop: I/O-bound sinks need no thread each.
+
+    The pass's thread runs the checks before a sink (lease knowledge, stopped or busy session, the
+    start guard) and hands the sink to :meth:`submit`; the loop's thread only awaits sinks; a settler
+    thread with its own connection writes the outcomes down, successes in batches (one transaction
+    per ``settle_window``), failures, retries and defers at once, and trying each until the database
+    takes it (the sink has run). A sink's own ``await Model.objects.aget(...)`` runs through Django's
+    ``sync_to_async`` as usual.
+    """
+
+    def __init__(self, sweeper: Sweeper) -> None:
+        self.sweeper = sweeper
+        self.loop = asyncio.new_event_loop()
+        self._done: queue.Queue[tuple[Claim, Any, BaseException | None] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._running = 0
+        self._stopped = False
+        self._loop_thread = threading.Thread(target=self._run_loop, name="django-wakes-async", daemon=True)
+        self._settler = threading.Thread(target=self._settle_loop, name="django-wakes-async-settle", daemon=True)
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return self._running
+
+    def start(self) -> None:
+        self._loop_thread.start()
+        self._settler.start()
+
+    def submit(self, claim: Claim, sink_fn: Any) -> None:
+        with self._lock:
+            self._running += 1
+        asyncio.run_coroutine_threadsafe(self._fire(claim, sink_fn), self.loop)
+
+    def stop(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the sinks in flight, then stop the loop and the settler (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._done.put(None)
+        self._settler.join(max(deadline - time.monotonic(), 0.1))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join(1.0)
+        if not self.loop.is_running():
+            self.loop.close()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _fire(self, claim: Claim, sink_fn: Any) -> None:
+        running = firing_wake.set(claim.wake)
+        try:
+            returned = await sink_fn(claim.wake, dict(claim.result))
+        except Exception as exc:  # noqa: BLE001 - settled as a failed attempt
+            self._done.put((claim, None, exc))
+        else:
+            self._done.put((claim, returned, None))
+        finally:
+            firing_wake.reset(running)
+
+    def _settle_loop(self) -> None:
+        try:
+            while True:
+                first = self._done.get()
+                if first is None:
+                    return
+                batch = [first]
+                window_ends = time.monotonic() + self.sweeper.settle_window
+                while (left := window_ends - time.monotonic()) > 0:
+                    try:
+                        item = self._done.get(timeout=left)
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        self._done.put(None)  # finish this batch, then stop
+                        break
+                    batch.append(item)
+                try:
+                    self._settle(batch)
+                except Exception:  # the leases lapse and another pass re-drives them
+                    logger.exception("settling %d async sink outcome(s) failed", len(batch))
+                    drop_broken_connections()
+                    for claim, _returned, _exc in batch:
+                        self._finish(claim, None)
+        finally:
+            connections.close_all()
+
+    def _settle(self, batch: list[tuple[Claim, Any, BaseException | None]]) -> None:
+        successes: list[engine.Succeeded] = []
+        for claim, returned, exc in batch:
+            if exc is not None:
+                self._finish(claim, engine.sink_raised(claim, exc, tries=None))
+                continue
+            ran = engine.sink_returned(claim, returned, tries=None)
+            if isinstance(ran, engine.Succeeded):
+                successes.append(ran)
+            else:
+                self._finish(claim, ran)
+        for done, outcome in zip(successes, engine.settle_successes(successes, tries=None), strict=True):
+            self._finish(done.claim, outcome)
+
+    def _finish(self, claim: Claim, outcome: engine.FireOutcome | None) -> None:
+        if outcome is not None:
+            self.sweeper._settled(claim, outcome)
+        else:
+            self.sweeper._forget([claim])
+        with self._lock:
+            self._running -= 1
+        self.sweeper._wakeup.set()
 
 
 def apply_client_timeouts(timeout: timedelta | None = None) -> None:

@@ -27,7 +27,17 @@ from .passes import (
     unwakeable_log,
 )
 from .sessions import nudge_session, resume_session, stop_session
-from .settle import FireOutcome, Succeeded, fire, release, run_sink, settle_successes
+from .settle import (
+    FireOutcome,
+    Succeeded,
+    fire,
+    prepare_sink,
+    release,
+    run_sink,
+    settle_successes,
+    sink_raised,
+    sink_returned,
+)
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, forget_broken_connection, hash_token
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
 
@@ -57,6 +67,7 @@ __all__ = [
     "nudge_session",
     "observe_unwakeable",
     "open_approval",
+    "prepare_sink",
     "recover",
     "release",
     "renew_leases",
@@ -69,6 +80,8 @@ __all__ = [
     "run_sink",
     "schedule",
     "settle_successes",
+    "sink_raised",
+    "sink_returned",
     "stop_session",
     "take_over_lapsed",
     "unwakeable_log",

@@ -22,7 +22,7 @@ from ..durations import parse_duration
 from ..exceptions import InvalidWake
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
-from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Stop, call_sink, registry
+from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Sink, Stop, call_sink, registry
 from ..states import Disposition
 from ..timeutil import to_datetime
 from ..validation import json_value
@@ -76,6 +76,25 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
     wake (a dead runner once held it) first records that its sink is starting, so a runner dying
     now is charged for this attempt and a runner dying before now is not.
     """
+    ready = prepare_sink(claim, tries=tries)
+    if isinstance(ready, FireOutcome):
+        return ready
+    running = firing_wake.set(claim.wake)
+    try:
+        returned = call_sink(ready, claim.wake, dict(claim.result))
+    except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
+        return sink_raised(claim, exc, tries=tries)
+    finally:
+        firing_wake.reset(running)
+    return sink_returned(claim, returned, tries=tries)
+
+
+def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Sink:
+    """Everything before a sink starts: return the sink to call, or the outcome that replaces it.
+
+    No sink registered any more (handed back), the session stopped (superseded), the session busy
+    (deferred, not an attempt), or the claim lost while recording a guarded wake's start (fenced).
+    """
     wake = claim.wake
     sink_fn = registry.get(wake.kind)
     if sink_fn is None:
@@ -90,15 +109,20 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
         return retry_rolled_back(label, lambda: _settle_defer(claim, later, busy=True), tries=tries)
     if wake.guarded and not _record_start(claim):
         return _fenced_out(claim)
-    running = firing_wake.set(wake)
-    try:
-        returned = call_sink(sink_fn, wake, dict(claim.result))
-    except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
-        logger.exception("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc)
-        error = _format_error(exc)
-        return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
-    finally:
-        firing_wake.reset(running)
+    return sink_fn
+
+
+def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome:
+    """Settle an attempt whose sink raised: retried with backoff, or dead after ``max_attempts``."""
+    wake = claim.wake
+    logger.error("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc, exc_info=exc)
+    error = _format_error(exc)
+    return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_failure(claim, error), tries=tries)
+
+
+def sink_returned(claim: Claim, returned: Any, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Succeeded:
+    """Settle at once a sink's ``Retry``/``Defer`` (or an invalid scratch); return a success for batching."""
+    label = f"settling wake {claim.wake.pk}"
     if isinstance(returned, Retry | Defer):
         return retry_rolled_back(label, lambda: _settle_returned(claim, returned), tries=tries)
     scratch = getattr(returned, "scratch", KEEP) if isinstance(returned, Stop | Done) else KEEP
