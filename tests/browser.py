@@ -143,6 +143,7 @@ class Browser:
         old = self.find("html")
         self.click('button[type="submit"]')
         WebDriverWait(self.driver, 10).until(lambda _: _stale(old))
+        WebDriverWait(self.driver, 10).until(lambda driver: _loaded(driver))
 
     def screenshot(self, name: str) -> Path:
         """Save the page's content (all of it, not only the window, without the blank below) as a PNG."""
@@ -194,13 +195,25 @@ class Browser:
 
 
 def _stale(element: Any) -> bool:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import WebDriverException
 
     try:
         element.tag_name  # noqa: B018  # raises once the page it belonged to is gone
-    except StaleElementReferenceException:
+    except WebDriverException:
+        # StaleElementReferenceException, or mid-navigation Chromium's "Node with given id does not
+        # belong to the document": either way the old page is gone.
         return True
     return False
+
+
+def _loaded(driver: Any) -> bool:
+    """Whether the page navigated to has finished loading (a new document, not the old one)."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        return bool(driver.execute_script("return document.readyState") == "complete")
+    except WebDriverException:  # the document changed under the script: ask again
+        return False
 
 
 @pytest.fixture(scope="session", name="chromium")
