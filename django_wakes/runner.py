@@ -188,13 +188,19 @@ class Sweeper:
         return not stale
 
     def _settled(self, claim: Claim, outcome: engine.FireOutcome) -> None:
-        """Drop a settled claim from the leases the heartbeat renews, and count it."""
+        """Drop a settled claim from the leases the heartbeat renews, and count it.
+
+        Only if it is still the claim in hand for its wake: this runner may have re-claimed the wake
+        (its own lease lapsed) and a newer claim's bookkeeping must survive the older one's settle.
+        """
         wake_id = claim.wake.pk
         with self._in_hand_lock:
-            self._in_hand.pop(wake_id, None)
-            self._confirmed.pop(wake_id, None)
-            self._lost.discard(wake_id)
-            started = self._started.pop(wake_id, None)
+            started = None
+            if self._in_hand.get(wake_id) is claim:
+                self._in_hand.pop(wake_id, None)
+                self._confirmed.pop(wake_id, None)
+                self._lost.discard(wake_id)
+                started = self._started.pop(wake_id, None)
             self.totals.add(wake_id, outcome)
             self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
             if started is not None:
@@ -205,7 +211,7 @@ class Sweeper:
         """Stop renewing ``claims`` (a pass broke off): unstarted ones are handed back, or lapse uncharged."""
         for claim in claims:
             with self._in_hand_lock:
-                if claim.wake.pk not in self._in_hand:
+                if self._in_hand.get(claim.wake.pk) is not claim:
                     continue
                 unstarted = claim.wake.pk not in self._started
             if unstarted:
@@ -260,8 +266,10 @@ class Sweeper:
         claims = engine.claim_batch(runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease)
         with self._in_hand_lock:
             for claim in claims:
-                self._in_hand[claim.wake.pk] = claim
+                self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any
                 self._confirmed[claim.wake.pk] = asked
+                self._started.pop(claim.wake.pk, None)
+                self._lost.discard(claim.wake.pk)
         takeovers = sum(1 for claim in claims if claim.takeover)
         if takeovers:
             logger.info("re-driving %d wake(s) whose lease had lapsed", takeovers)
@@ -314,6 +322,12 @@ class Sweeper:
                     self._wakeup.wait(self._passes.failed(exc))
                     self._wakeup.clear()
                     continue
+                except Exception:  # a bug or a broken hook: logged, and the next pass tries again
+                    logger.exception("runner %s: a pass failed; trying again in %.1fs", self.runner_id, self.interval)
+                    drop_broken_connections()
+                    self._wakeup.wait(self.interval)
+                    self._wakeup.clear()
+                    continue
                 self._passes.succeeded()
                 if self.stopping.is_set():
                     break
@@ -350,12 +364,16 @@ class Sweeper:
             return None, True
         limit = min(self.planned_batch(), self.concurrency - self.in_flight())
         claims = self._claim(limit)
-        for claim in claims:
+        for n, claim in enumerate(claims):
             sink_fn = registry.get(claim.wake.kind)
-            if self._async is not None and sink_fn is not None and inspect.iscoroutinefunction(sink_fn):
-                self._start_async(claim)
-            else:
-                self._queue.put(claim)
+            try:
+                if self._async is not None and sink_fn is not None and inspect.iscoroutinefunction(sink_fn):
+                    self._start_async(claim)
+                else:
+                    self._queue.put(claim)
+            except BaseException:
+                self._forget(claims[n:])  # not dispatched: handed back, or left to lapse uncharged
+                raise
         if len(claims) < limit:
             engine.observe_unwakeable()
         if claims:
@@ -567,7 +585,7 @@ class AsyncFirer:
         running = firing_wake.set(claim.wake)
         try:
             returned = await sink_fn(claim.wake, dict(claim.result))
-        except Exception as exc:  # noqa: BLE001 - settled as a failed attempt
+        except BaseException as exc:  # noqa: BLE001 - settled as a failed attempt (CancelledError too)
             self._done.put((claim, None, exc))
         else:
             self._done.put((claim, returned, None))
@@ -591,31 +609,34 @@ class AsyncFirer:
                         self._done.put(None)  # finish this batch, then stop
                         break
                     batch.append(item)
+                finished: set[int] = set()
                 try:
-                    self._settle(batch)
+                    self._settle(batch, finished)
                 except Exception:  # the leases lapse and another pass re-drives them
                     logger.exception("settling %d async sink outcome(s) failed", len(batch))
                     drop_broken_connections()
                     for claim, _returned, _exc in batch:
-                        self._finish(claim, None)
+                        if id(claim) not in finished:
+                            self._finish(claim, None, finished)
         finally:
             connections.close_all()
 
-    def _settle(self, batch: list[tuple[Claim, Any, BaseException | None]]) -> None:
+    def _settle(self, batch: list[tuple[Claim, Any, BaseException | None]], finished: set[int]) -> None:
         successes: list[engine.Succeeded] = []
         for claim, returned, exc in batch:
             if exc is not None:
-                self._finish(claim, engine.sink_raised(claim, exc, tries=None))
+                self._finish(claim, engine.sink_raised(claim, exc, tries=None), finished)
                 continue
             ran = engine.sink_returned(claim, returned, tries=None)
             if isinstance(ran, engine.Succeeded):
                 successes.append(ran)
             else:
-                self._finish(claim, ran)
+                self._finish(claim, ran, finished)
         for done, outcome in zip(successes, engine.settle_successes(successes, tries=None), strict=True):
-            self._finish(done.claim, outcome)
+            self._finish(done.claim, outcome, finished)
 
-    def _finish(self, claim: Claim, outcome: engine.FireOutcome | None) -> None:
+    def _finish(self, claim: Claim, outcome: engine.FireOutcome | None, finished: set[int]) -> None:
+        finished.add(id(claim))
         if outcome is not None:
             self.sweeper._settled(claim, outcome)
         else:

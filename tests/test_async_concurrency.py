@@ -74,3 +74,16 @@ def test_async_sink_failures_and_retries_settle_through_the_loop(loop):  # noqa:
     assert "upstream 503" in Wake.objects.get(pk=failing.pk).last_error
     row = Wake.objects.get(pk=retrying.pk)
     assert row.last_error == "later" and row.scratch == {"seen": True}
+
+
+def test_a_cancelled_async_sink_is_a_failed_attempt_not_a_stranded_wake(loop):  # noqa: F811
+    @sink("t.async.cancelled")
+    async def cancelled(wake: Wake, result: dict[str, Any]) -> None:
+        raise asyncio.CancelledError
+
+    wake = schedule(workspace_id=WS, kind="t.async.cancelled", delay="0s", max_attempts=1)
+    runner = Sweeper(interval=0.05, concurrency=2, lease=timedelta(seconds=30), listen=False)
+    looping = loop(runner)
+    wait_for(lambda: Wake.objects.filter(pk=wake.pk, state=State.DEAD).exists(), timeout=30, what="the dead letter")
+    looping.stop()
+    assert runner._async is not None and runner._async.running == 0

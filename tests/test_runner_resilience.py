@@ -249,3 +249,52 @@ def test_no_sink_runs_while_the_heartbeat_and_stop_race(sinks):
             assert row.state == State.FIRED
         else:
             assert row.state == State.PENDING and row.attempts == 0
+
+
+def test_a_later_claims_error_does_not_drop_the_outcomes_of_sinks_that_ran(sinks, monkeypatch):
+    """The first sink returned: its success must be settled even though the next claim blew up."""
+    calls = sinks("t.flush")
+    first, second = due_now("t.flush"), due_now("t.flush")
+    from django_wakes.engine import settle
+
+    real = settle.prepare_sink
+
+    def broken_for_second(claim: Any, **kwargs: Any) -> Any:
+        if claim.wake.pk == second.pk:
+            raise OperationalError("connection lost before the second sink")
+        return real(claim, **kwargs)
+
+    monkeypatch.setattr(settle, "prepare_sink", broken_for_second)
+    runner = Sweeper(lease=timedelta(seconds=30), listen=False, settle_window=60.0)
+    with pytest.raises(OperationalError):
+        runner.run_once()
+    assert [pk for pk, _ in calls] == [first.pk]
+    assert Wake.objects.get(pk=first.pk).state == State.FIRED  # settled, not left to be fired again
+    # the second's sink never ran; the runner stops renewing it, so its lease lapses and the takeover
+    # finds it unguarded: abandoned, not charged
+    assert Wake.objects.get(pk=second.pk).state == State.FIRING
+    assert second.pk not in runner._in_hand
+
+
+def test_settling_an_older_claim_keeps_the_newer_claim_of_the_same_wake_in_hand(sinks):
+    sinks("t.reclaim")
+    wake = due_now("t.reclaim")
+    runner = Sweeper(lease=timedelta(seconds=30), listen=False)
+    (old,) = runner._claim(10)
+    Wake.objects.filter(pk=wake.pk).update(lease_until=Wake.objects.get(pk=wake.pk).claimed_at)  # lapsed
+    (new,) = runner._claim(10)  # this runner takes its own lapsed claim over
+    assert new.takeover and new.token != old.token
+    runner._settled(old, engine.FireOutcome("fenced", settled=False))  # type: ignore[arg-type]
+    assert runner._in_hand[wake.pk] is new and runner.may_start(new) is True
+
+
+def test_a_failing_session_busy_hook_is_a_failed_attempt(settings, spawned):
+    def broken(session_id: str) -> bool:
+        raise RuntimeError("busy-check service down")
+
+    settings.WAKES = {**settings.WAKES, "SESSION_BUSY": broken}
+    wake = schedule(workspace_id=WS, session_id="s-busy", delay="0s")
+    report = Sweeper(lease=timedelta(seconds=30), listen=False).run_once()
+    assert report.failed == 1 and spawned == []
+    row = Wake.objects.get(pk=wake.pk)
+    assert row.attempts == 1 and "busy-check service down" in row.last_error

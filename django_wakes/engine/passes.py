@@ -114,21 +114,23 @@ def fire_claims(
             settled(done.claim, outcome)
         unsettled.clear()
 
-    for claim in claims:
-        if may_start is not None and not may_start(claim):
-            hand_back(claim)
-            settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
-            continue
-        ran = run_sink(claim, tries=tries)
-        if isinstance(ran, Succeeded):
-            if not unsettled:
-                window_ends = time.monotonic() + settle_window
-            unsettled.append(ran)
-        else:
-            settled(claim, ran)
-        if unsettled and time.monotonic() >= window_ends:
-            flush()
-    flush()
+    try:
+        for claim in claims:
+            if may_start is not None and not may_start(claim):
+                hand_back(claim)
+                settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
+                continue
+            ran = run_sink(claim, tries=tries)
+            if isinstance(ran, Succeeded):
+                if not unsettled:
+                    window_ends = time.monotonic() + settle_window
+                unsettled.append(ran)
+            else:
+                settled(claim, ran)
+            if unsettled and time.monotonic() >= window_ends:
+                flush()
+    finally:
+        flush()  # a later claim's error must not drop the outcomes of sinks that already ran
     return report
 
 

@@ -96,18 +96,28 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
     (deferred, not an attempt), or the claim lost while recording a guarded wake's start (fenced).
     """
     wake = claim.wake
+    label = f"settling wake {wake.pk}"
     sink_fn = registry.get(wake.kind)
     if sink_fn is None:
-        release(claim)
+        retry_rolled_back(f"handing back wake {wake.pk}", lambda: release(claim), tries=tries)
         return FireOutcome(Disposition.UNWAKEABLE, settled=True)
-    label = f"settling wake {wake.pk}"
-    if wake.session_id is not None and sessions.is_stopped(wake.session_id):
+    stopped = wake.session_id is not None and retry_rolled_back(
+        f"checking session {wake.session_id}", lambda: sessions.is_stopped(wake.session_id), tries=tries
+    )
+    if stopped:
         return retry_rolled_back(label, lambda: _settle_superseded(claim), tries=tries)
     busy = wakes_settings.session_busy if wake.kind == SESSION_TURN else None
-    if busy is not None and busy(wake.session_id):
-        later = Defer(until=wakes_settings.busy_retry)
-        return retry_rolled_back(label, lambda: _settle_defer(claim, later, busy=True), tries=tries)
-    if wake.guarded and not _record_start(claim):
+    if busy is not None:
+        try:
+            is_busy = busy(wake.session_id)
+        except Exception as exc:  # noqa: BLE001 - the host's hook failed: a failed attempt, like a sink's
+            return sink_raised(claim, exc, tries=tries)
+        if is_busy:
+            later = Defer(until=wakes_settings.busy_retry)
+            return retry_rolled_back(label, lambda: _settle_defer(claim, later, busy=True), tries=tries)
+    if wake.guarded and not retry_rolled_back(
+        f"recording wake {wake.pk}'s start", lambda: _record_start(claim), tries=tries
+    ):
         return _fenced_out(claim)
     return sink_fn
 
