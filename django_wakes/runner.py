@@ -34,7 +34,7 @@ from django.db import connections
 from . import clock, engine, push
 from .conf import wakes_settings
 from .engine import TRANSIENT_ERRORS, Claim, RunReport, runners
-from .engine.shared import firing_wake
+from .engine.shared import drop_broken_connections, firing_wake
 from .outage import OutageLog
 from .sinks import registry
 from .states import Disposition
@@ -275,16 +275,21 @@ class Sweeper:
             logger.info("re-driving %d wake(s) whose lease had lapsed", takeovers)
         return claims
 
+    def _hand_back(self, claim: Claim) -> engine.FireOutcome:
+        """Give back a claim :meth:`may_start` refused, and settle it here as released."""
+        engine.hand_back(claim)
+        released = engine.FireOutcome(Disposition.RELEASED, settled=True)
+        self._settled(claim, released)
+        return released
+
     def _fire(self, claim: Claim) -> engine.FireOutcome:
         if not self.may_start(claim):
-            engine.hand_back(claim)
-            outcome = engine.FireOutcome(Disposition.RELEASED, settled=True)
-        else:
-            try:
-                outcome = engine.fire(claim, tries=None)
-            except BaseException:
-                self._forget([claim])
-                raise
+            return self._hand_back(claim)
+        try:
+            outcome = engine.fire(claim, tries=None)
+        except BaseException:
+            self._forget([claim])
+            raise
         self._settled(claim, outcome)
         return outcome
 
@@ -387,8 +392,7 @@ class Sweeper:
     def _start_async(self, claim: Claim) -> None:
         """Start an async sink on the event loop (the checks before it run here, in the pass's thread)."""
         if not self.may_start(claim):
-            engine.hand_back(claim)
-            self._settled(claim, engine.FireOutcome(Disposition.RELEASED, settled=True))
+            self._hand_back(claim)
             return
         ready = engine.prepare_sink(claim, tries=None)
         if isinstance(ready, engine.FireOutcome):
@@ -683,17 +687,3 @@ def apply_client_timeouts(timeout: timedelta | None = None) -> None:
         existing = connections[alias]
         if existing.connection is not None and not existing.in_atomic_block:
             existing.close()  # reconnect with the new options
-
-
-def drop_broken_connections() -> None:
-    """Close this thread's database connections that errored and are no longer usable.
-
-    Unlike ``close_old_connections()``, a healthy connection is kept whatever ``CONN_MAX_AGE`` says:
-    a runner is one long-lived client, and reconnecting every pass costs milliseconds of latency.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.in_atomic_block and conn.errors_occurred:
-            if not conn.is_usable():
-                conn.close()
-            else:
-                conn.errors_occurred = False

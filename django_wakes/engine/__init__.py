@@ -38,13 +38,13 @@ from .settle import (
     sink_raised,
     sink_returned,
 )
-from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, forget_broken_connection, hash_token
+from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, drop_broken_connections, hash_token
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
 
 __all__ = [
     "TRANSIENT_ERRORS",
     "backoff_delay",
-    "forget_broken_connection",
+    "drop_broken_connections",
     "ApprovalRequest",
     "Claim",
     "FireOutcome",

@@ -270,11 +270,9 @@ def watch(
     )
     using = db_alias()
 
-    def create_watch() -> Wake:
-        with transaction.atomic(using=using):
-            return _create_watch(using, fields, keys, since_at, event_match, now, budget)
-
-    wake = retry_rolled_back("creating a watch", create_watch)
+    wake = retry_rolled_back(
+        "creating a watch", lambda: _create_watch(using, fields, keys, since_at, event_match, now, budget)
+    )
     if wake.fire_at is not None and wake.result is not None:
         transaction.on_commit(partial(signals.wakes_due.send, sender=Wake, due_at=now), using=using)
     return wake

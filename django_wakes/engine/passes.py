@@ -33,8 +33,8 @@ from .shared import (
     TRANSIENT_ERRORS,
     db_alias,
     default_runner_id,
+    drop_broken_connections,
     earliest,
-    forget_broken_connection,
     logger,
 )
 
@@ -140,7 +140,7 @@ def hand_back(claim: Claim) -> None:
         release(claim)
     except TRANSIENT_ERRORS as exc:
         logger.info("could not hand back wake %s (%s); its lease will lapse, uncharged", claim.wake.pk, exc)
-        forget_broken_connection(db_alias())
+        drop_broken_connections()
 
 
 class _UnwakeableLog:

@@ -286,23 +286,12 @@ def _settle_failure(
     using = db_alias()
     now = clock.now()
     wake = claim.wake
-    notes = {} if scratch is KEEP else {"scratch": scratch}
+    notes = _scratch_fields(scratch)
     with transaction.atomic(using=using):
         if wake.attempts >= wake.max_attempts:
-            won = fenced(using, claim).update(
-                state=State.DEAD,
-                **LET_GO,
-                last_error=error,
-                settled_at=now,
-                updated_at=now,
-                **notes,
-            )
-            if not won:
+            if not _bury(fenced(using, claim), wake, now, error, **notes):
                 return _fenced_out(claim)
             _attempt(using, claim, now, outcome, error)
-            if wake.is_recurring:
-                create.book_next(wake, now)
-            transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=using)
             logger.error("wake %s is dead after %d attempts: %s", wake.pk, wake.attempts, error.splitlines()[-1:])
             return FireOutcome(Disposition.DEAD, settled=True, error=error)
         due = retry_at or now + wakes_settings.backoff(wake.attempts)
@@ -338,7 +327,7 @@ def _settle_defer(claim: Claim, defer: Defer, *, scratch: Any = KEEP, busy: bool
             due_at=due,
             attempts=F("attempts") - 1,
             updated_at=now,
-            **({} if scratch is KEEP else {"scratch": scratch}),
+            **_scratch_fields(scratch),
         )
         if not won:
             return _fenced_out(claim)
@@ -380,16 +369,25 @@ def bury_locked(using: str, wake: Wake, now: datetime, error: str) -> None:
 
     Runs in the caller's transaction, which holds the row lock; books a chain's next occurrence.
     """
-    Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING).update(
-        state=State.DEAD,
-        **LET_GO,
-        last_error=error,
-        settled_at=now,
-        updated_at=now,
-    )
+    _bury(Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING), wake, now, error)
+
+
+def _bury(rows: WakeQuerySet, wake: Wake, now: datetime, error: str, **extra: Any) -> bool:
+    """Move ``rows`` (the wake, as its caller fences it) to the dead letter; book the chain's next occurrence.
+
+    Return whether the row was still there to bury. Runs inside the settling transaction.
+    """
+    if not rows.update(state=State.DEAD, **LET_GO, last_error=error, settled_at=now, updated_at=now, **extra):
+        return False
     if wake.is_recurring:
         create.book_next(wake, now)
-    transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=using)
+    transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=rows.db)
+    return True
+
+
+def _scratch_fields(scratch: Any) -> dict[str, Any]:
+    """The update a settle makes to the wake's scratch: none for ``KEEP``, else the new value."""
+    return {} if scratch is KEEP else {"scratch": scratch}
 
 
 def _fenced_out(claim: Claim) -> FireOutcome:

@@ -101,11 +101,19 @@ def backoff_delay(attempt: int) -> float:
     return float(random.uniform(0.5, 1.0) * min(BACKOFF_CAP, 0.02 * 2 ** min(attempt, 20)))
 
 
-def forget_broken_connection(using: str) -> None:
-    """Drop this thread's connection if it errored beyond use, so the next query reconnects."""
-    connection = connections[using]
-    if not connection.in_atomic_block:
-        connection.close_if_unusable_or_obsolete()
+def drop_broken_connections() -> None:
+    """Close this thread's database connections that errored and are no longer usable.
+
+    Unlike ``close_old_connections()``, a healthy connection is kept whatever ``CONN_MAX_AGE`` says:
+    a runner is one long-lived client, and reconnecting every pass costs milliseconds of latency.
+    The next query on a closed one reconnects.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.in_atomic_block and conn.errors_occurred:
+            if not conn.is_usable():
+                conn.close()
+            else:
+                conn.errors_occurred = False
 
 
 def retry_rolled_back(label: str, work: Callable[[], T], *, tries: int | None = ROLLBACK_TRIES) -> T:
@@ -128,7 +136,7 @@ def retry_rolled_back(label: str, work: Callable[[], T], *, tries: int | None = 
                 raise
             level = logging.WARNING if attempt == 3 else logging.INFO
             logger.log(level, "%s failed (%s: %s); trying again", label, type(exc).__name__, exc)
-            forget_broken_connection(using)
+            drop_broken_connections()
             time.sleep(backoff_delay(attempt))
             continue
         if attempt > 3:
