@@ -10,13 +10,16 @@ from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, Outcome, State, TriggerType
 
 __all__ = [
+    "DEFAULT_QUEUE",
     "KEY_LENGTH",
+    "QUEUE_NAME_LENGTH",
     "LIVE_STATES",
     "TERMINAL_STATES",
     "CatchUp",
     "EventKeyLock",
     "Fence",
     "Outcome",
+    "PausedLane",
     "Receipt",
     "RetainedEvent",
     "ReceiptState",
@@ -31,6 +34,9 @@ __all__ = [
 ]
 
 KEY_LENGTH = 200
+#: The queue a wake is in unless it names one (Django's Tasks framework calls its default queue the same).
+DEFAULT_QUEUE = "default"
+QUEUE_NAME_LENGTH = 100
 
 
 class Wake(models.Model):
@@ -138,6 +144,23 @@ class Wake(models.Model):
         blank=True,
         help_text=_("The sink's own notes across attempts, written in the same fenced settle as the attempt."),
     )
+    output = models.JSONField(
+        _("output"),
+        null=True,
+        blank=True,
+        help_text=_("What the sink handed back with Done(output=...) or Stop(output=...), saved when it settled."),
+    )
+    priority = models.SmallIntegerField(
+        _("priority"),
+        default=0,
+        help_text=_("Among due wakes, a higher priority is claimed first; a lane still fires in its own order."),
+    )
+    queue_name = models.CharField(
+        _("queue"),
+        max_length=QUEUE_NAME_LENGTH,
+        default=DEFAULT_QUEUE,
+        help_text=_("A runner started with --queues fires only wakes of those queues."),
+    )
 
     created_at = models.DateTimeField(_("created"))
     updated_at = models.DateTimeField(_("updated"))
@@ -206,6 +229,9 @@ class WakeAttempt(models.Model):
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     outcome = models.CharField(_("outcome"), max_length=max(len(v) for v in Outcome.values), choices=Outcome.choices)
     error = models.TextField(_("error"), blank=True, default="")
+    error_type = models.CharField(
+        _("error type"), max_length=255, blank=True, default="", help_text=_("Dotted path of the exception's class.")
+    )
 
     class Meta:
         verbose_name = _("wake attempt")
@@ -346,6 +372,25 @@ class WorkspaceLock(models.Model):
 
     def __str__(self) -> str:
         return f"lock {self.workspace_id}"
+
+
+class PausedLane(models.Model):
+    """A lane an operator paused: its wakes stay pending (and keep their order) until it is resumed.
+
+    A wake already firing in the lane finishes; no further wake of the lane is claimed while the row exists.
+    """
+
+    serial_key = models.CharField(_("lane"), max_length=KEY_LENGTH, unique=True)
+    paused_at = models.DateTimeField(_("paused"))
+    paused_by = models.CharField(_("paused by"), max_length=150, blank=True, default="")
+    reason = models.TextField(_("reason"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("paused lane")
+        verbose_name_plural = _("paused lanes")
+
+    def __str__(self) -> str:
+        return f"lane {self.serial_key} (paused)"
 
 
 class Fence(models.Model):

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 PENDING, FIRING = State.PENDING, State.FIRING
 #: A pending wake due longer ago than this is "overdue" to an operator (no runner is keeping up).
 OVERDUE_AFTER = timedelta(minutes=1)
+#: The order due wakes are claimed in: higher priority first, then earliest due.
+CLAIM_ORDER = ("-priority", "due_at", "id")
 
 
 class WakeQuerySet(models.QuerySet["Wake"]):
@@ -50,9 +52,31 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         same_due_lower_id = lane.filter(due_at=OuterRef("due_at"), id__lt=OuterRef("id"))
         return self.filter(Q(serial_key__isnull=True) | (~Exists(earlier_due) & ~Exists(same_due_lower_id)))
 
-    def claimable(self, now: datetime, kinds: Iterable[str]) -> WakeQuerySet:
-        """Due wakes a runner may claim now: a registered kind, at the head of a free lane."""
-        return self.due(now).of_kinds(kinds).lane_free().lane_heads().order_by("due_at", "id")
+    def in_queues(self, queues: Iterable[str] | None) -> WakeQuerySet:
+        """Wakes of these queues (all of them for ``None``): what a ``runwakes --queues`` runner serves."""
+        return self if queues is None else self.filter(queue_name__in=list(queues))
+
+    def lane_not_paused(self) -> WakeQuerySet:
+        """Drop wakes whose lane an operator paused (:class:`~django_wakes.models.PausedLane`)."""
+        from .models import PausedLane
+
+        paused = PausedLane.objects.filter(serial_key=OuterRef("serial_key"))
+        return self.filter(Q(serial_key__isnull=True) | ~Exists(paused))
+
+    def claimable(self, now: datetime, kinds: Iterable[str], queues: Iterable[str] | None = None) -> WakeQuerySet:
+        """Due wakes a runner may claim now: a registered kind and queue, at the head of a free, unpaused lane.
+
+        A higher ``priority`` is claimed first; within a priority, the earliest due.
+        """
+        return (
+            self.due(now)
+            .of_kinds(kinds)
+            .in_queues(queues)
+            .lane_free()
+            .lane_not_paused()
+            .lane_heads()
+            .order_by(*CLAIM_ORDER)
+        )
 
     def lock_pending(self, ids: Iterable[int]) -> WakeQuerySet:
         """Lock these rows if still pending, skipping any another runner is claiming right now.
@@ -60,7 +84,7 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         The only place that uses ``select_for_update(skip_locked=True)``: a runner never waits
         behind another's claim, it moves on (duplicates waste a read, never double-fire).
         """
-        return self.filter(id__in=list(ids), state=PENDING).select_for_update(skip_locked=True).order_by("due_at", "id")
+        return self.filter(id__in=list(ids), state=PENDING).select_for_update(skip_locked=True).order_by(*CLAIM_ORDER)
 
     def lapsed(self, now: datetime) -> WakeQuerySet:
         """Firing wakes whose lease ran out: their runner crashed, was killed or stalled."""

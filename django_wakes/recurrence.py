@@ -557,6 +557,8 @@ def occurrence_fields(wake: Wake, slot: datetime, end_at: datetime | None) -> di
         "serial_key": wake.serial_key,
         "intent": wake.intent,
         "max_attempts": wake.max_attempts,
+        "priority": wake.priority,
+        "queue_name": wake.queue_name,
         "cron": wake.cron,
         "every": wake.every,
         "tz": wake.tz,

@@ -64,6 +64,7 @@ class Sweeper:
         listen: bool = True,
         gc_every: timedelta | None = timedelta(hours=1),
         lanes: list[str] | None = None,
+        queues: list[str] | None = None,
         shutdown_timeout: float = 30.0,
         settle_window: float = 0.05,
         runner_id: str | None = None,
@@ -75,6 +76,7 @@ class Sweeper:
         self.listen = listen
         self.gc_every = gc_every
         self.lanes = lanes
+        self.queues = queues
         self.shutdown_timeout = shutdown_timeout
         self.settle_window = settle_window
         self.runner_id = runner_id or engine.default_runner_id()
@@ -263,7 +265,9 @@ class Sweeper:
     def _claim(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
         asked = time.monotonic()  # the lease runs from no earlier than this
-        claims = engine.claim_batch(runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease)
+        claims = engine.claim_batch(
+            runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease, queues=self.queues
+        )
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any

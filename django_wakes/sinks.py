@@ -62,13 +62,19 @@ class Stop:
 
     reason: str = ""
     scratch: Any = KEEP
+    output: Any = KEEP
 
 
 @dataclass(frozen=True)
 class Done:
-    """Settle as fired (like returning ``None``), writing ``scratch`` in the same fenced transaction."""
+    """Settle as fired (like returning ``None``), writing ``scratch`` and ``output`` in the same fenced transaction.
+
+    ``output`` (any JSON value) is kept on the wake as what firing produced: operators see it in the
+    admin, and the Django Tasks backend returns it as the task's return value.
+    """
 
     scratch: Any = KEEP
+    output: Any = KEEP
 
 
 class SinkRegistry:

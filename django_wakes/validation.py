@@ -44,6 +44,10 @@ _TOKEN_HASH = re.compile("[0-9a-f]{64}")
 _Path = tuple[Any, str | int] | None  # (parent path, key or index): made text only for an error message
 
 
+#: The range of ``Wake.priority`` (a SmallIntegerField on every database).
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+
+
 def _unstorable(text: str) -> str | None:
     """Say why ``text`` cannot be stored the same way on every database, or return ``None``."""
     found = _UNSTORABLE.search(text)
@@ -175,6 +179,13 @@ def positive_int(value: Any, *, name: str) -> int:
     """Return ``value`` if it is an ``int`` (not a ``bool``) from 1 to :data:`POSITIVE_INT_MAX`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= POSITIVE_INT_MAX:
         raise InvalidWake(f"{name} must be an integer from 1 to {POSITIVE_INT_MAX}, got {value!r:.40}")
+    return value
+
+
+def priority_value(value: Any, *, name: str = "priority") -> int:
+    """A claim priority: an int that fits the column (a higher one is claimed first among due wakes)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InvalidWake(f"{name} must be an int from {PRIORITY_MIN} to {PRIORITY_MAX}, got {value!r}")
     return value
 
 

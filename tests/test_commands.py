@@ -100,8 +100,9 @@ BAD_ARGUMENTS = [
     (["--lease", "-5m"], "--lease", ""),
     (["--gc-every", "weekly"], "--gc-every", "cannot parse"),
     (["--shutdown-timeout", "0"], "--shutdown-timeout", "must be greater than 0"),
-    (["--lanes", ","], "--lanes", "needs at least one serial key"),
-    (["--lanes", " , ,"], "--lanes", "needs at least one serial key"),
+    (["--lanes", ","], "--lanes", "needs at least one name"),
+    (["--lanes", " , ,"], "--lanes", "needs at least one name"),
+    (["--queues", ","], "--queues", "needs at least one name"),
 ]
 
 
@@ -123,7 +124,7 @@ def test_runwakes_bad_argument_as_a_process_exits_2_with_usage(procs: Procs):
     result = procs.manage("runwakes", "--lanes", ",")
     assert result.returncode == 2
     assert "usage:" in result.stderr
-    assert "argument --lanes: needs at least one serial key" in result.stderr
+    assert "argument --lanes: needs at least one name" in result.stderr
 
 
 def test_runwakes_lanes_option_is_a_trimmed_list(sinks):

@@ -42,9 +42,16 @@ class Claim:
 
 
 def claim_batch(
-    *, runner_id: str, limit: int | None = None, lanes: list[str] | None = None, lease: timedelta | None = None
+    *,
+    runner_id: str,
+    limit: int | None = None,
+    lanes: list[str] | None = None,
+    lease: timedelta | None = None,
+    queues: list[str] | None = None,
 ) -> list[Claim]:
     """Claim up to ``limit`` wakes for ``runner_id``: lapsed leases first, then due pending wakes.
+
+    ``lanes`` and ``queues`` narrow what is claimed (``None``: everything).
 
     A deadlock or lock timeout between racing runners rolls the pass back: nothing is claimed and
     the caller simply runs its next pass.
@@ -58,11 +65,11 @@ def claim_batch(
     manager = Wake.objects.db_manager(using)
     try:
         with transaction.atomic(using=using):
-            claims = _take_over_lapsed(using, now, kinds, limit, runner_id, lease)
+            claims = _take_over_lapsed(using, now, kinds, limit, runner_id, lease, queues)
             room = limit - len(claims)
             if room <= 0:
                 return claims
-            candidates = manager.claimable(now, kinds)
+            candidates = manager.claimable(now, kinds, queues)
             if lanes:
                 candidates = candidates.filter(serial_key__in=lanes)
             ids = list(candidates.values_list("id", flat=True)[:room])
@@ -76,7 +83,9 @@ def claim_batch(
         return []
 
 
-def take_over_lapsed(*, runner_id: str, limit: int, lease: timedelta | None = None) -> list[Claim]:
+def take_over_lapsed(
+    *, runner_id: str, limit: int, lease: timedelta | None = None, queues: list[str] | None = None
+) -> list[Claim]:
     """Claim only wakes whose lease lapsed (boot-time recovery), retrying a pass the database aborted."""
     kinds = registry.kinds()
     if not kinds:
@@ -85,13 +94,19 @@ def take_over_lapsed(*, runner_id: str, limit: int, lease: timedelta | None = No
 
     def one_pass() -> list[Claim]:
         with transaction.atomic(using=using):
-            return _take_over_lapsed(using, clock.now(), kinds, limit, runner_id, lease)
+            return _take_over_lapsed(using, clock.now(), kinds, limit, runner_id, lease, queues)
 
     return retry_rolled_back("recovery pass", one_pass)
 
 
 def _take_over_lapsed(
-    using: str, now: datetime, kinds: list[str], limit: int, runner_id: str, lease: timedelta | None = None
+    using: str,
+    now: datetime,
+    kinds: list[str],
+    limit: int,
+    runner_id: str,
+    lease: timedelta | None = None,
+    queues: list[str] | None = None,
 ) -> list[Claim]:
     """Take over firing wakes whose lease lapsed, charging an attempt only for a sink that started.
 
@@ -104,7 +119,7 @@ def _take_over_lapsed(
     * not guarded: unknown, so ``abandoned`` and not charged, and guarded from now on.
     """
     lease = lease or wakes_settings.lease
-    lapsed = list(Wake.objects.using(using).lock_lapsed(now, kinds, limit))
+    lapsed = list(Wake.objects.using(using).in_queues(queues).lock_lapsed(now, kinds, limit))
     if not lapsed:
         return []
     fence = next_fence(using)

@@ -18,10 +18,10 @@ from .. import clock, events, recurrence, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, UnknownKind
-from ..models import KEY_LENGTH, State, TriggerType, Wake, WatchedKey
+from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, State, TriggerType, Wake, WatchedKey
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
-from ..validation import json_value, key, positive_int, prompt_text
+from ..validation import json_value, key, positive_int, priority_value, prompt_text
 from . import retention, sessions
 from .shared import after, db_alias, earliest, firing_wake, hash_token, logger, retry_rolled_back
 
@@ -68,6 +68,8 @@ def _common(
     intent: Any,
     idempotency_key: Any,
     max_attempts: Any = None,
+    priority: Any = 0,
+    queue_name: Any = DEFAULT_QUEUE,
 ) -> dict[str, Any]:
     """The validated fields every kind of wake has (``max_attempts`` only when given)."""
     session = key(session_id, name="session_id", required=False)
@@ -82,6 +84,8 @@ def _common(
         "serial_key": lane,
         "intent": json_value(intent, name="intent"),
         "idempotency_key": key(idempotency_key, name="idempotency_key", required=False),
+        "priority": priority_value(priority),
+        "queue_name": key(queue_name, name="queue_name", max_length=QUEUE_NAME_LENGTH),
     }
     if max_attempts is not None:
         fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
@@ -188,6 +192,8 @@ def schedule(
     expires_at: datetime | int | float | None = None,
     max_attempts: int | None = None,
     budget: bool = False,
+    priority: int = 0,
+    queue_name: str = DEFAULT_QUEUE,
 ) -> Wake:
     """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``."""
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
@@ -202,6 +208,8 @@ def schedule(
         intent=intent,
         idempotency_key=idempotency_key,
         max_attempts=max_attempts,
+        priority=priority,
+        queue_name=queue_name,
     )
     if cron is not None or every is not None:
         fields.update(
@@ -238,6 +246,8 @@ def watch(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
     budget: bool = False,
+    priority: int = 0,
+    queue_name: str = DEFAULT_QUEUE,
 ) -> Wake:
     """Create a wake that fires when :func:`deliver_event` delivers its key in this workspace.
 
@@ -256,6 +266,8 @@ def watch(
         intent=intent,
         idempotency_key=idempotency_key,
         max_attempts=max_attempts,
+        priority=priority,
+        queue_name=queue_name,
     )
     keys = _event_keys(event_key, event_keys)
     event_match = events.match_filter(match)
@@ -347,6 +359,8 @@ def request_approval(
     max_attempts: int | None = None,
     on_expiry: Any = None,
     budget: bool = False,
+    priority: int = 0,
+    queue_name: str = DEFAULT_QUEUE,
 ) -> ApprovalRequest:
     """Create a wake that fires when a human answers; return it with its one-time token.
 
@@ -368,6 +382,8 @@ def request_approval(
         intent=intent,
         idempotency_key=idempotency_key,
         max_attempts=max_attempts,
+        priority=priority,
+        queue_name=queue_name,
     )
     expiry = _expiry(now, expires_in, expires_at)
     token = secrets.token_urlsafe(32)

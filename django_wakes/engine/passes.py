@@ -180,12 +180,19 @@ def next_due_at(kinds: list[str] | None = None) -> datetime | None:
     return earliest(due, lease)
 
 
-def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: list[str] | None = None) -> RunReport:
+def run_due(
+    *,
+    limit: int | None = None,
+    runner_id: str | None = None,
+    lanes: list[str] | None = None,
+    queues: list[str] | None = None,
+) -> RunReport:
     """Run one pass here: claim a batch, fire each wake, settle; one failure never stops the rest."""
     limit = positive_int(limit, name="limit") if limit is not None else wakes_settings.batch
     runner_id = key(runner_id, name="runner_id") if runner_id is not None else default_runner_id()
     lanes = [key(lane, name="lanes") for lane in lanes] if lanes is not None else None
-    claims = claim_batch(runner_id=runner_id, limit=limit, lanes=lanes)
+    queues = [key(queue, name="queues") for queue in queues] if queues is not None else None
+    claims = claim_batch(runner_id=runner_id, limit=limit, lanes=lanes, queues=queues)
     report = fire_claims(claims)
     kinds = registry.kinds()
     if len(claims) < limit:
@@ -194,12 +201,12 @@ def run_due(*, limit: int | None = None, runner_id: str | None = None, lanes: li
     return report
 
 
-def recover(*, runner_id: str | None = None, lease: timedelta | None = None) -> int:
+def recover(*, runner_id: str | None = None, lease: timedelta | None = None, queues: list[str] | None = None) -> int:
     """Re-drive every wake whose lease lapsed (boot-time recovery); return how many were re-driven."""
     runner_id = runner_id or default_runner_id()
     total = 0
     while True:
-        claims = take_over_lapsed(runner_id=runner_id, limit=wakes_settings.batch, lease=lease)
+        claims = take_over_lapsed(runner_id=runner_id, limit=wakes_settings.batch, lease=lease, queues=queues)
         fire_claims(claims)
         total += len(claims)
         if len(claims) < wakes_settings.batch:

@@ -52,6 +52,7 @@ class Succeeded:
     stop: bool
     finished_at: datetime
     scratch: Any = KEEP
+    output: Any = KEEP
 
     @property
     def outcome(self) -> str:
@@ -127,7 +128,10 @@ def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBAC
     wake = claim.wake
     logger.error("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc, exc_info=exc)
     error = _format_error(exc)
-    return retry_rolled_back(f"settling wake {wake.pk}", lambda: _settle_failure(claim, error), tries=tries)
+    error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return retry_rolled_back(
+        f"settling wake {wake.pk}", lambda: _settle_failure(claim, error, error_type=error_type), tries=tries
+    )
 
 
 def sink_returned(claim: Claim, returned: Any, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Succeeded:
@@ -135,14 +139,16 @@ def sink_returned(claim: Claim, returned: Any, *, tries: int | None = ROLLBACK_T
     label = f"settling wake {claim.wake.pk}"
     if isinstance(returned, Retry | Defer):
         return retry_rolled_back(label, lambda: _settle_returned(claim, returned), tries=tries)
-    scratch = getattr(returned, "scratch", KEEP) if isinstance(returned, Stop | Done) else KEEP
-    if scratch is not KEEP:
-        try:
-            scratch = json_value(scratch, name="scratch")
-        except InvalidWake as exc:
-            error = f"the sink returned an invalid scratch: {exc}"
-            return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
-    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now(), scratch=scratch)
+    marker = isinstance(returned, Stop | Done)
+    scratch = returned.scratch if marker else KEEP
+    output = returned.output if marker else KEEP
+    try:
+        scratch = scratch if scratch is KEEP else json_value(scratch, name="scratch")
+        output = output if output is KEEP else json_value(output, name="output")
+    except InvalidWake as exc:
+        error = f"the sink returned an invalid {type(returned).__name__}: {exc}"
+        return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
+    return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now(), scratch=scratch, output=output)
 
 
 def _record_start(claim: Claim) -> bool:
@@ -206,9 +212,11 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
             ]
         )
         for d in winners:
-            if d.scratch is not KEEP:
-                rows.filter(pk=d.claim.wake.pk).update(scratch=d.scratch)
-                d.claim.wake.scratch = d.scratch
+            notes = {name: value for name, value in (("scratch", d.scratch), ("output", d.output)) if value is not KEEP}
+            if notes:
+                rows.filter(pk=d.claim.wake.pk).update(**notes)
+                for name, value in notes.items():
+                    setattr(d.claim.wake, name, value)
             if d.claim.wake.is_recurring and not d.stop:
                 create.book_next(d.claim.wake, now)
             transaction.on_commit(
@@ -248,7 +256,7 @@ def fenced(using: str, claim: Claim) -> WakeQuerySet:
     return Wake.objects.using(using).filter(pk=claim.wake.pk, state=State.FIRING, claim_token=claim.token)
 
 
-def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str = "") -> None:
+def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str = "", error_type: str = "") -> None:
     WakeAttempt.objects.using(using).create(
         wake_id=claim.wake.pk,
         number=claim.wake.attempts,
@@ -258,6 +266,7 @@ def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str =
         finished_at=now,
         outcome=outcome,
         error=error,
+        error_type=error_type,
     )
 
 
@@ -282,6 +291,7 @@ def _settle_failure(
     retry_at: datetime | None = None,
     outcome: str = Outcome.FAILED,
     scratch: Any = KEEP,
+    error_type: str = "",
 ) -> FireOutcome:
     using = db_alias()
     now = clock.now()
@@ -291,7 +301,7 @@ def _settle_failure(
         if wake.attempts >= wake.max_attempts:
             if not _bury(fenced(using, claim), wake, now, error, **notes):
                 return _fenced_out(claim)
-            _attempt(using, claim, now, outcome, error)
+            _attempt(using, claim, now, outcome, error, error_type)
             logger.error("wake %s is dead after %d attempts: %s", wake.pk, wake.attempts, error.splitlines()[-1:])
             return FireOutcome(Disposition.DEAD, settled=True, error=error)
         due = retry_at or now + wakes_settings.backoff(wake.attempts)
@@ -305,7 +315,7 @@ def _settle_failure(
         )
         if not won:
             return _fenced_out(claim)
-        _attempt(using, claim, now, outcome, error)
+        _attempt(using, claim, now, outcome, error, error_type)
         transaction.on_commit(
             lambda: signals.wake_failed.send(sender=Wake, wake=wake, error=error, retry_at=due), using=using
         )

@@ -47,7 +47,7 @@ def duration(value: str) -> timedelta:
 def lane_list(value: str) -> list[str]:
     lanes = [lane.strip() for lane in value.split(",") if lane.strip()]
     if not lanes:
-        raise argparse.ArgumentTypeError("needs at least one serial key")
+        raise argparse.ArgumentTypeError("needs at least one name")
     return lanes
 
 
@@ -88,6 +88,9 @@ class Command(BaseCommand):
             help="Seconds to finish the wakes in hand after SIGTERM before exiting anyway (default %(default)r).",
         )
         parser.add_argument("--lanes", type=lane_list, default=None, help="Only fire these comma-separated lanes.")
+        parser.add_argument(
+            "--queues", type=lane_list, default=None, help="Only fire wakes of these comma-separated queues."
+        )
 
     def handle(
         self,
@@ -101,6 +104,7 @@ class Command(BaseCommand):
         gc_every: timedelta,
         shutdown_timeout: float,
         lanes: list[str] | None,
+        queues: list[str] | None,
         verbosity: int,
         **options: Any,
     ) -> None:
@@ -119,6 +123,7 @@ class Command(BaseCommand):
             listen=not no_listen,
             gc_every=gc_every,
             lanes=lanes,
+            queues=queues,
             shutdown_timeout=shutdown_timeout,
         )
         if once:
