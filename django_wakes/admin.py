@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
@@ -202,6 +203,16 @@ class WakeAdmin(ReadOnlyAdmin):
         ),
     )
     readonly_fields = tuple(str(field) for _title, options in fieldsets for field in options["fields"])
+
+    def get_urls(self) -> list[URLPattern]:
+        """The wake pages plus the operator dashboard (``admin:django_wakes_dashboard``)."""
+        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="django_wakes_dashboard")
+        return [dashboard, *super().get_urls()]
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        from .dashboard import render_dashboard  # the dashboard's own module: queries, charts, template
+
+        return render_dashboard(request, self)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Wake], search_term: str

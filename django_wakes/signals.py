@@ -14,3 +14,6 @@ wake_fired = Signal()
 wake_failed = Signal()
 #: A wake exhausted its attempts and went to the dead letter (``wake``, ``error``).
 wake_dead = Signal()
+#: A recurring chain will never fire some of its slots (``wake``: the occurrence that stood for them;
+#: ``missed``: how many slots; ``policy``: the chain's catch-up, ``latest`` or ``skip``). Operators alert on it.
+occurrences_missed = Signal()

@@ -129,3 +129,28 @@ def test_claim_batch_takes_over_lapsed_wakes_only_in_its_queues(clock, sinks):
     assert engine.claim_batch(runner_id="other", queues=["default"]) == []
     (taken,) = engine.claim_batch(runner_id="mine", queues=["mail"])
     assert taken.wake.pk == wake.pk and taken.takeover
+
+
+def test_a_chain_that_skips_or_folds_missed_slots_says_so_with_a_signal(
+    clock, sinks, django_capture_on_commit_callbacks
+):
+    from django_wakes.signals import occurrences_missed
+
+    sinks(KIND)
+    heard = []
+
+    def listener(sender, wake, missed, policy, **kwargs):
+        heard.append((wake.chain_id, missed, policy))
+
+    occurrences_missed.connect(listener)
+    try:
+        skip = django_wakes.schedule(workspace_id=WS, kind=KIND, every="1m", catch_up="skip")
+        latest = django_wakes.schedule(workspace_id=WS, kind=KIND, every="1m", catch_up="latest")
+        replay = django_wakes.schedule(workspace_id=WS, kind=KIND, every="1m", catch_up="replay")
+        clock.advance("3m30s")
+        with django_capture_on_commit_callbacks(execute=True):
+            django_wakes.run_due()
+    finally:
+        occurrences_missed.disconnect(listener)
+    assert sorted(heard) == sorted([(skip.chain_id, 3, "skip"), (latest.chain_id, 2, "latest")])
+    assert replay.chain_id not in {chain for chain, _, _ in heard}

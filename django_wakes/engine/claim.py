@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 
-from .. import clock, recurrence
+from .. import clock, recurrence, signals
 from ..conf import wakes_settings
 from ..models import Fence, Outcome, State, TriggerType, Wake, WakeAttempt
 from ..sinks import registry
@@ -209,6 +210,14 @@ def _skip_occurrence(using: str, wake: Wake, plan: recurrence.CatchUpPlan, now: 
             create.book_occurrence(wake, plan.next_slot, wake.end_at)
 
 
+def _announce_missed(using: str, wake: Wake, missed: int) -> None:
+    """Send :data:`~django_wakes.signals.occurrences_missed` once the claim (or the skip) commits."""
+    transaction.on_commit(
+        partial(signals.occurrences_missed.send, sender=Wake, wake=wake, missed=missed, policy=wake.catch_up),
+        using=using,
+    )
+
+
 def _claim_rows(
     using: str, rows: list[Wake], now: datetime, runner_id: str, lease: timedelta | None = None
 ) -> list[Claim]:
@@ -224,6 +233,8 @@ def _claim_rows(
         result, expired = _claim_result(wake, now)
         if wake.is_recurring and wake.result is None and not expired:
             plan = recurrence.plan_catch_up(wake, now)
+            if plan.result.get("missed"):
+                _announce_missed(using, wake, plan.result["missed"])
             if plan.skip:
                 _skip_occurrence(using, wake, plan, now)
                 continue
