@@ -237,7 +237,11 @@ class WakeAttempt(models.Model):
         verbose_name = _("wake attempt")
         verbose_name_plural = _("wake attempts")
         ordering = ["wake_id", "number", "id"]
-        indexes = [models.Index(fields=["wake", "number"], name="wakeattempt_wake_idx")]
+        indexes = [
+            models.Index(fields=["wake", "number"], name="wakeattempt_wake_idx"),
+            # the dashboard and the metrics: attempts of the last hour/day by outcome (a time-windowed scan).
+            models.Index(fields=["started_at", "outcome"], name="wakeattempt_started_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of wake {self.wake_id}: {self.outcome}"
