@@ -422,6 +422,15 @@ class Runner(models.Model):
     pid = models.PositiveIntegerField(_("pid"))
     started_at = models.DateTimeField(_("started"))
     heartbeat_at = models.DateTimeField(_("last heartbeat"))
+    kinds = models.JSONField(
+        _("kinds it fires"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The kinds this runner registered sinks for when it started (null: not recorded). "
+            "The admin's unwakeable filter asks the live runners, not its own registry."
+        ),
+    )
 
     objects = RunnerQuerySet.as_manager()
 

@@ -520,7 +520,7 @@ class Sweeper:
         outage = OutageLog(f"runner {self.runner_id} registration")
         while not self.stopping.is_set():
             try:
-                runners.register(self.runner_id)
+                runners.register(self.runner_id, kinds=registry.kinds())
             except TRANSIENT_ERRORS as exc:
                 drop_broken_connections()
                 self.stopping.wait(outage.failed(exc))

@@ -19,12 +19,22 @@ from .shared import db_alias
 AGE_OUT_FACTOR = 10
 
 
-def register(runner_id: str) -> None:
-    """Create (or refresh) this process's row, with its host and pid."""
+def register(runner_id: str, kinds: list[str] | None = None) -> None:
+    """Create (or refresh) this process's row, with its host, pid and the kinds it has sinks for.
+
+    ``kinds`` is what the admin's "unwakeable" filter reads: the admin process's own registry may
+    differ from the runners' (sinks registered only where runwakes runs).
+    """
     now = clock.now()
     Runner.objects.using(db_alias()).update_or_create(
         pk=runner_id,
-        defaults={"host": socket.gethostname(), "pid": os.getpid(), "started_at": now, "heartbeat_at": now},
+        defaults={
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started_at": now,
+            "heartbeat_at": now,
+            "kinds": sorted(kinds) if kinds is not None else None,
+        },
     )
 
 
