@@ -71,6 +71,10 @@ class SessionStopped(InvalidWake):
     """The session was stopped (:func:`django_wakes.stop_session`): it takes no new wakes until resumed."""
 
 
+class OperationRefused(WakeError):
+    """An operator transition (``engine.operate``) does not apply to the wake or lane as it is now; nothing changed."""
+
+
 class OnceError(WakeError):
     """Base class of the errors :func:`django_wakes.once` raises."""
 

@@ -5,7 +5,8 @@
 * :mod:`.claim` — claim due wakes and lapsed leases, renew leases;
 * :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
 * :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
-* :mod:`.runners` — the runner registry rows.
+* :mod:`.runners` — the runner registry rows;
+* :mod:`.operate` — operator transitions on one wake or lane (fire now, reschedule, extend expiry, pause a lane).
 
 Every exit from ``pending`` is a conditional UPDATE whose row count picks the single winner.
 Modules outside this package read wakes freely but change them only through these functions.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
 from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, watch
+from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
 from .passes import (
     RunReport,
     fire_claims,
@@ -52,6 +54,13 @@ __all__ = [
     "Succeeded",
     "book_next",
     "cancel",
+    "cancel_wake",
+    "extend_expiry",
+    "fire_now",
+    "pause_lane",
+    "reschedule",
+    "resume_lane",
+    "retry_wake",
     "claim_batch",
     "create_wake",
     "db_alias",
