@@ -7,7 +7,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
-from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, Outcome, State, TriggerType
+from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -131,8 +131,36 @@ class Wake(models.Model):
         blank=True,
         default="",
     )
+    dst_ambiguous = models.CharField(
+        _("repeated hour"),
+        max_length=max(len(v) for v in DstAmbiguous.values),
+        choices=DstAmbiguous.choices,
+        blank=True,
+        default="",
+        help_text=_("When fall-back repeats a cron time: first, second, both, or auto (blank: auto)."),
+    )
+    dst_missing = models.CharField(
+        _("skipped hour"),
+        max_length=max(len(v) for v in DstMissing.values),
+        choices=DstMissing.choices,
+        blank=True,
+        default="",
+        help_text=_("When spring-forward skips a cron time: shift to the change, or skip (blank: shift)."),
+    )
     start_at = models.DateTimeField(_("chain starts"), null=True, blank=True)
     end_at = models.DateTimeField(_("chain ends"), null=True, blank=True)
+    paused_at = models.DateTimeField(
+        _("chain paused"),
+        null=True,
+        blank=True,
+        help_text=_("Set while an operator holds this occurrence's chain: a pending one has due_at cleared."),
+    )
+    paused_due_at = models.DateTimeField(
+        _("due when resumed"),
+        null=True,
+        blank=True,
+        help_text=_("The due_at a paused pending occurrence gets back when its chain is resumed."),
+    )
     chain_id = models.CharField(_("chain"), max_length=32, null=True, blank=True)
     occurrence = models.PositiveIntegerField(_("occurrence"), default=0)
     depth = models.PositiveIntegerField(

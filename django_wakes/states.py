@@ -56,6 +56,28 @@ class CatchUp(models.TextChoices):
     """Fire none of the missed slots; resume at the next future one."""
 
 
+class DstAmbiguous(models.TextChoices):
+    """What a cron chain does with a wall time that fall-back repeats (``01:30`` twice)."""
+
+    AUTO = "auto", _("first instance; both when the hour field covers every hour")
+    """The default rule: once, at the first instance; at both when the hour field is ``*``/``0-23``."""
+    FIRST = "first", _("first instance only")
+    """Once, at the first instance (summer time)."""
+    SECOND = "second", _("second instance only")
+    """Once, at the second instance (standard time)."""
+    BOTH = "both", _("both instances")
+    """Twice: at each instance of the repeated wall time."""
+
+
+class DstMissing(models.TextChoices):
+    """What a cron chain does with a wall time that spring-forward skips (``02:30`` that never comes)."""
+
+    SHIFT = "shift", _("at the moment of the change")
+    """The default rule: at the first valid instant after the gap (the transition itself)."""
+    SKIP = "skip", _("skipped")
+    """Not at all that day: the occurrence after it is the next wall time that exists."""
+
+
 class Outcome(models.TextChoices):
     """How one firing attempt ended."""
 
