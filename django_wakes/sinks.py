@@ -41,11 +41,16 @@ KEEP: Any = _Keep()
 
 @dataclass(frozen=True)
 class Retry:
-    """Fail this attempt on purpose and fire again at ``at`` (counts as an attempt)."""
+    """Fail this attempt on purpose and fire again at ``at`` (counts as an attempt).
+
+    ``error``: the exception that failed it, recorded like a raised one (class path and traceback)
+    while the sink still picks the time of the next attempt (the Tasks backend's per-task backoff).
+    """
 
     at: datetime | int | float | None = None
     reason: str = ""
     scratch: Any = KEEP
+    error: BaseException | None = None
 
 
 @dataclass(frozen=True)

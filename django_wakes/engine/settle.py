@@ -128,7 +128,7 @@ def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBAC
     wake = claim.wake
     logger.error("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc, exc_info=exc)
     error = _format_error(exc)
-    error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    error_type = _error_type(exc)
     return retry_rolled_back(
         f"settling wake {wake.pk}", lambda: _settle_failure(claim, error, error_type=error_type), tries=tries
     )
@@ -247,6 +247,11 @@ def _format_error(exc: BaseException) -> str:
     return text[-ERROR_MAX_CHARS:]
 
 
+def _error_type(exc: BaseException) -> str:
+    """The dotted path of the exception's class, as ``WakeAttempt.error_type`` keeps it."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
 #: What every settle writes besides its state: the wake no longer holds a lane, a lease or a fence.
 LET_GO: dict[str, Any] = {"lane_lock": None, "lease_until": None, "claim_token": None}
 
@@ -276,7 +281,12 @@ def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
         if isinstance(returned, Retry):
             at = to_datetime(returned.at, name="Retry.at") if returned.at is not None else None
             reason = returned.reason or "retry requested"
-            return _settle_failure(claim, reason, retry_at=at, outcome=Outcome.RETRY, scratch=scratch)
+            error_type = ""
+            if returned.error is not None:
+                reason, error_type = _format_error(returned.error), _error_type(returned.error)
+            return _settle_failure(
+                claim, reason, retry_at=at, outcome=Outcome.RETRY, scratch=scratch, error_type=error_type
+            )
         if isinstance(returned, Defer):
             return _settle_defer(claim, returned, scratch=scratch)
     except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
