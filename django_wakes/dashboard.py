@@ -1,25 +1,320 @@
-"""The operator dashboard: an admin page with the backlog at a glance (bounded, indexed queries only)."""
+"""The operator dashboard: backlog, lateness, throughput, failures and runners on one admin page.
+
+Server-rendered inside the admin's frame (its header, breadcrumbs, login and ``never_cache``), charts
+as inline SVG (:mod:`.charts`), numbers from :mod:`.stats`, whose queries stay bounded at millions of
+rows. Staff who may view wakes may see it; anyone else is refused (the admin sends anonymous visitors
+to its login page first).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.db.models import Count
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils.translation import gettext_lazy as _
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 
-from .models import Wake
+from . import clock, stats
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+from .charts import ChartSeries, bar_chart
+from .states import State
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the page shows, read at one moment."""
+
+    now: datetime
+    backlog: stats.Backlog
+    lateness_hour: stats.Histogram
+    lateness_day: stats.Histogram
+    last_hour: stats.Activity
+    last_day: stats.Activity
+    missed_day: dict[str, int]
+    runners: stats.Runners
+    query_seconds: float
+
+
+def read_overview(now: datetime) -> Overview:
+    """Run the dashboard's queries (each bounded: see :mod:`.stats`) and time them together."""
+    started = time.perf_counter()
+    backlog = stats.backlog(now)
+    lateness_hour = stats.lateness(now - stats.HOUR)
+    lateness_day = stats.lateness(now - stats.DAY)
+    last_hour = stats.activity(now, stats.HOUR, stats.MINUTE)
+    last_day = stats.activity(now, stats.DAY, stats.HOUR)
+    missed = stats.missed_occurrences(now - stats.DAY)
+    runners = stats.runners(now)
+    return Overview(
+        now=now,
+        backlog=backlog,
+        lateness_hour=lateness_hour,
+        lateness_day=lateness_day,
+        last_hour=last_hour,
+        last_day=last_day,
+        missed_day=missed,
+        runners=runners,
+        query_seconds=time.perf_counter() - started,
+    )
 
 
 def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> HttpResponse:
-    """Render the dashboard inside the admin's frame (its header, breadcrumbs and permissions)."""
-    by_state = dict(Wake.objects.values_list("state").annotate(n=Count("id")).order_by())
+    """Render the dashboard inside the admin's frame; only users who may view wakes may see it."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    overview = read_overview(clock.now())
     context = {
         **model_admin.admin_site.each_context(request),
         "title": _("Wakes dashboard"),
         "opts": model_admin.model._meta,
-        "by_state": sorted(by_state.items()),
+        "overview": overview,
+        "as_of": moment(overview.now),
+        "query_ms": f"{overview.query_seconds * 1000:.0f}",
+        "cards": _cards(overview),
+        "lateness": _lateness_rows(overview),
+        "charts": _charts(overview),
+        "kinds": _kind_rows(overview.backlog),
+        "states": _state_rows(overview.backlog),
+        "missed": sorted(overview.missed_day.items()),
+        "runners": _runner_rows(overview.runners),
     }
     return TemplateResponse(request, "admin/django_wakes/dashboard.html", context)
+
+
+def moment(value: datetime | None) -> SafeString | str:
+    """A time to the second in the operator's time zone, with UTC on hover."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}" title="{} UTC">{}</time>',
+        value.isoformat(),
+        value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    )
+
+
+def seconds_text(value: float | None, *, beyond: float | None = None) -> str:
+    """A duration for reading: ``0.31 s``, ``4.2 min``, ``1.5 h``; ``> 1 h`` past the histogram's top."""
+    if value is None:
+        return "-"
+    if beyond is not None and value >= beyond:
+        return f"> {seconds_text(beyond)}"
+    if value < 60:
+        return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+    if value < 3600:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _changelist(**query: str) -> str:
+    url = reverse("admin:django_wakes_wake_changelist")
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+@dataclass(frozen=True)
+class Card:
+    label: str
+    value: int
+    hint: str
+    url: str = ""
+    alarm: bool = False
+
+
+def _cards(overview: Overview) -> list[Card]:
+    total, runners = overview.backlog.total, overview.runners
+    dead = overview.backlog.settled_last_day.get(State.DEAD, 0)
+    return [
+        Card(_("pending"), total.pending, _("live, waiting for their time"), _changelist(state__exact=State.PENDING)),
+        Card(_("waiting"), total.waiting, _("pending on an event or an answer")),
+        Card(_("due in the next hour"), total.due_next_hour, _("pending, due within 60 minutes")),
+        Card(
+            _("overdue"),
+            total.overdue,
+            _("due over a minute ago, not fired"),
+            _changelist(attention="overdue"),
+            alarm=total.overdue > 0,
+        ),
+        Card(_("firing"), total.firing, _("held by a runner now"), _changelist(state__exact=State.FIRING)),
+        Card(
+            _("lease lapsed"),
+            total.lapsed,
+            _("firing, runner gone"),
+            _changelist(attention="lapsed"),
+            alarm=total.lapsed > 0,
+        ),
+        Card(
+            _("dead letters today"),
+            dead,
+            _("went dead in the last 24 h"),
+            _changelist(state__exact=State.DEAD),
+            alarm=dead > 0,
+        ),
+        Card(
+            _("live runners"),
+            runners.live_count,
+            _("heartbeat recent"),
+            reverse("admin:django_wakes_runner_changelist"),
+            alarm=runners.live_count == 0,
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class LatenessRow:
+    window: str
+    measured: int
+    p50: str
+    p99: str
+    fires_per_minute: str
+    failures: int
+
+
+def _lateness_rows(overview: Overview) -> list[LatenessRow]:
+    rows = []
+    for window, histogram, activity, minutes in (
+        (_("last hour"), overview.lateness_hour, overview.last_hour, 60),
+        (_("last 24 hours"), overview.lateness_day, overview.last_day, 24 * 60),
+    ):
+        top = histogram.bounds[-1]
+        rows.append(
+            LatenessRow(
+                window=window,
+                measured=histogram.count,
+                p50=seconds_text(histogram.quantile(0.5), beyond=top),
+                p99=seconds_text(histogram.quantile(0.99), beyond=top),
+                fires_per_minute=f"{sum(activity.fires) / minutes:.2f}",
+                failures=sum(activity.failures),
+            )
+        )
+    return rows
+
+
+def _labels(times: list[datetime], fmt: str) -> list[str]:
+    return [timezone.localtime(t).strftime(fmt) for t in times]
+
+
+def _charts(overview: Overview) -> dict[str, SafeString]:
+    hour, day = overview.last_hour, overview.last_day
+    day_labels = _labels(day.times, "%H:%M")
+    histogram = overview.lateness_day
+    per_bucket = [count - (histogram.cumulative[i - 1] if i else 0) for i, count in enumerate(histogram.cumulative)]
+    beyond = histogram.count - (histogram.cumulative[-1] if histogram.cumulative else 0)
+    bucket_labels = [f"≤ {seconds_text(bound)}" for bound in histogram.bounds] + [
+        f"> {seconds_text(histogram.bounds[-1])}"
+    ]
+    return {
+        "fires_hour": bar_chart(
+            chart_id="fires-hour",
+            title=_("Attempts per minute, last hour"),
+            description=_("%(fires)d fires and %(failures)d failures in the last 60 minutes, one bar a minute.")
+            % {"fires": sum(hour.fires), "failures": sum(hour.failures)},
+            labels=_labels(hour.times, "%H:%M"),
+            series=[
+                ChartSeries(_("fires"), "fires", hour.fires),
+                ChartSeries(_("failures"), "failures", hour.failures),
+            ],
+            tick_every=10,
+        ),
+        "fires_day": bar_chart(
+            chart_id="fires-day",
+            title=_("Attempts per hour, last 24 hours"),
+            description=_("%(fires)d fires and %(failures)d failures in the last 24 hours, one bar an hour.")
+            % {"fires": sum(day.fires), "failures": sum(day.failures)},
+            labels=day_labels,
+            series=[ChartSeries(_("fires"), "fires", day.fires), ChartSeries(_("failures"), "failures", day.failures)],
+            tick_every=4,
+        ),
+        "failures_day": bar_chart(
+            chart_id="failures-day",
+            title=_("Failures and dead letters per hour, last 24 hours"),
+            description=_("%(failures)d failed attempts and %(dead)d wakes gone dead in the last 24 hours.")
+            % {"failures": sum(day.failures), "dead": sum(day.dead)},
+            labels=day_labels,
+            series=[
+                ChartSeries(_("failures"), "failures", day.failures),
+                ChartSeries(_("dead letters"), "dead", day.dead),
+            ],
+            tick_every=4,
+        ),
+        "lateness_day": bar_chart(
+            chart_id="lateness-day",
+            title=_("Due-to-start lateness, last 24 hours"),
+            description=_("How late %(count)d settled attempts started after their due time, by bucket.")
+            % {"count": histogram.count},
+            labels=bucket_labels,
+            series=[ChartSeries(_("attempts"), "lateness", [*per_bucket, beyond])],
+            tick_every=2,
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class KindRow:
+    backlog: stats.KindBacklog
+    url: str
+
+
+def _kind_rows(backlog: stats.Backlog) -> list[KindRow]:
+    return [KindRow(k, "" if k.kind == stats.OTHER_KINDS else _changelist(kind__exact=k.kind)) for k in backlog.by_kind]
+
+
+@dataclass(frozen=True)
+class StateRow:
+    state: StrOrPromise
+    count: int
+    window: str
+    url: str
+
+
+def _state_rows(backlog: stats.Backlog) -> list[StateRow]:
+    total = backlog.total
+    rows = [
+        StateRow(State.PENDING.label, total.pending, _("now"), _changelist(state__exact=State.PENDING)),
+        StateRow(State.FIRING.label, total.firing, _("now"), _changelist(state__exact=State.FIRING)),
+    ]
+    for value, count in backlog.settled_last_day.items():
+        label = State(value).label
+        rows.append(StateRow(label, count, _("settled in the last 24 h"), _changelist(state__exact=value)))
+    return rows
+
+
+@dataclass(frozen=True)
+class RunnerRow:
+    in_hand: stats.RunnerInHand
+    url: str
+    started: SafeString | str
+    heartbeat_age: str
+    wakes: list[tuple[stats.HeldWake, str, SafeString | str]]
+
+
+def _runner_rows(runners: stats.Runners) -> list[RunnerRow]:
+    now = clock.now()
+    rows = []
+    for entry in runners.live:
+        runner = entry.runner
+        rows.append(
+            RunnerRow(
+                in_hand=entry,
+                url=reverse("admin:django_wakes_runner_change", args=[runner.pk]),
+                started=moment(runner.started_at),
+                heartbeat_age=seconds_text(max((now - runner.heartbeat_at) / timedelta(seconds=1), 0.0)),
+                wakes=[
+                    (wake, reverse("admin:django_wakes_wake_change", args=[wake.id]), moment(wake.claimed_at))
+                    for wake in entry.wakes
+                ],
+            )
+        )
+    return rows

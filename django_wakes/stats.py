@@ -1,0 +1,322 @@
+"""What the dashboard and the metrics report, read with bounded queries over indexes.
+
+A wake table keeps every settled wake until ``gc`` (30 days by default): a million rows is ordinary.
+So nothing here counts the whole table. Each query is one of:
+
+* a scan of the **live** rows (``state IN (pending, firing)``, through ``wake_claim_due_idx`` and
+  ``wake_lease_idx``): its cost follows the backlog, not the history;
+* a **time-windowed** range scan of an index on a time column: recent attempts through
+  ``wakeattempt_started_idx`` (``started_at, outcome``), recently settled wakes through ``wake_gc_idx``
+  (``state, updated_at``): its cost follows the traffic of the window (an hour, a day), not the history;
+* a ``LIMIT``-ed read (the runners and the wakes they hold).
+
+Lateness is *due-to-start*: an attempt's ``started_at`` (when its claim was made; the sink starts right
+after) minus its wake's ``due_at``. ``due_at`` is not stored per attempt: a failure overwrites it with
+the retry's time. So lateness is measured on the attempts that **settled** their wake (fired, expired,
+stopped), whose ``due_at`` is still the one they were claimed for; failed attempts are left out of it.
+For a takeover the start is the takeover's, so a lapsed lease shows as lateness (it was).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, IntegerField, Q, Sum, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, TruncHour, TruncMinute
+from django.db.models.lookups import LessThanOrEqual
+
+from .models import Runner, Wake, WakeAttempt
+from .querysets import OVERDUE_AFTER
+from .states import LIVE_STATES, TERMINAL_STATES, Outcome, State
+
+#: Attempts that settled their wake: the ones lateness is measured on, and the "fires" of the charts.
+SUCCEEDED = (Outcome.FIRED, Outcome.EXPIRED, Outcome.STOPPED)
+#: Attempts that failed (charged): what the failure charts and the failure counters count.
+FAILED = (Outcome.FAILED, Outcome.RETRY, Outcome.INTERRUPTED)
+#: Upper bounds (seconds) of the lateness histogram's buckets; quantiles are interpolated inside them.
+LATENESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+MINUTE, HOUR, DAY = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+#: At most this many kinds are itemised; the rest are summed under :data:`OTHER_KINDS`.
+KIND_ROWS = 100
+OTHER_KINDS = "(other kinds)"
+#: At most this many live runners, and this many of the wakes they hold, are read.
+RUNNER_ROWS = 50
+IN_HAND_ROWS = 500
+
+
+@dataclass(frozen=True)
+class KindBacklog:
+    """The live wakes of one kind."""
+
+    kind: str
+    pending: int = 0
+    waiting: int = 0  # pending with no due time: waiting for an event or an answer
+    overdue: int = 0
+    due_next_hour: int = 0
+    firing: int = 0
+    lapsed: int = 0  # firing, lease run out: its runner is gone
+
+    def __add__(self, other: KindBacklog) -> KindBacklog:
+        return KindBacklog(
+            self.kind,
+            *(getattr(self, name) + getattr(other, name) for name in KIND_COUNTS),
+        )
+
+
+KIND_COUNTS = ("pending", "waiting", "overdue", "due_next_hour", "firing", "lapsed")
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The live wakes (exact counts) and how many wakes settled in the last day, by state."""
+
+    by_kind: list[KindBacklog]
+    total: KindBacklog
+    settled_last_day: dict[str, int]
+    oldest_overdue: datetime | None
+
+
+def backlog(now: datetime) -> Backlog:
+    """Count the live wakes by kind (one scan of the live rows) and the wakes settled in the last day."""
+    pending, firing = Q(state=State.PENDING), Q(state=State.FIRING)
+    rows = (
+        Wake.objects.filter(state__in=LIVE_STATES)
+        .values_list("kind")
+        .annotate(  # in KIND_COUNTS order: the rows are (kind, *counts)
+            pending=Count("id", filter=pending),
+            waiting=Count("id", filter=pending & Q(due_at__isnull=True)),
+            overdue=Count("id", filter=pending & Q(due_at__lt=now - OVERDUE_AFTER)),
+            due_next_hour=Count("id", filter=pending & Q(due_at__gte=now, due_at__lt=now + HOUR)),
+            firing=Count("id", filter=firing),
+            lapsed=Count("id", filter=firing & Q(lease_until__lte=now)),
+        )
+        .order_by()
+    )
+    kinds = sorted(
+        (KindBacklog(*row) for row in rows),
+        key=lambda k: (-(k.pending + k.firing), k.kind),
+    )
+    total = sum(kinds, KindBacklog("all"))
+    if len(kinds) > KIND_ROWS:
+        kinds = [*kinds[:KIND_ROWS], sum(kinds[KIND_ROWS:], KindBacklog(OTHER_KINDS))]
+    settled = dict(
+        Wake.objects.filter(state__in=TERMINAL_STATES, updated_at__gte=now - DAY)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    oldest = Wake.objects.overdue(now).order_by("due_at").values_list("due_at", flat=True).first()
+    return Backlog(
+        by_kind=kinds,
+        total=total,
+        settled_last_day={state: settled.get(state, 0) for state in TERMINAL_STATES},
+        oldest_overdue=oldest,
+    )
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Lateness of settling attempts: cumulative counts per upper bound (seconds), as Prometheus keeps them."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]  # attempts no later than each bound
+    count: int
+    sum_seconds: float
+
+    def quantile(self, q: float) -> float | None:
+        """Estimate the ``q`` quantile by linear interpolation inside its bucket (``histogram_quantile``'s rule).
+
+        None when there is nothing to measure; the largest bound when the quantile lies beyond it.
+        """
+        if self.count == 0:
+            return None
+        rank = q * self.count
+        index = bisect.bisect_left(self.cumulative, rank)
+        if index >= len(self.bounds):
+            return self.bounds[-1]
+        lower = self.bounds[index - 1] if index else 0.0
+        below = self.cumulative[index - 1] if index else 0
+        inside = self.cumulative[index] - below
+        if inside == 0:
+            return lower
+        return lower + (self.bounds[index] - lower) * (rank - below) / inside
+
+
+def lateness(since: datetime) -> Histogram:
+    """Histogram of due-to-start lateness of the attempts started since ``since`` that settled their wake."""
+    late = ExpressionWrapper(F("started_at") - F("wake__due_at"), output_field=DurationField())
+    rows = WakeAttempt.objects.filter(started_at__gte=since, outcome__in=SUCCEEDED, wake__due_at__isnull=False)
+    buckets = {
+        f"le{index}": Count("id", filter=LessThanOrEqual(late, Value(timedelta(seconds=bound))))
+        for index, bound in enumerate(LATENESS_BUCKETS)
+    }
+    found = rows.aggregate(count=Count("id"), total=Sum(late), **buckets)
+    total = found["total"]
+    return Histogram(
+        bounds=LATENESS_BUCKETS,
+        cumulative=tuple(found[f"le{index}"] for index in range(len(LATENESS_BUCKETS))),
+        count=found["count"],
+        sum_seconds=_seconds(total),
+    )
+
+
+def _seconds(value: Any) -> float:
+    """A summed duration as seconds (backends hand back a timedelta, or microseconds for an empty sum)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value) / 1_000_000
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Fires, failures and dead letters per bucket over a window ending with the bucket that holds now."""
+
+    start: datetime
+    step: timedelta
+    fires: list[int]
+    failures: list[int]
+    dead: list[int]
+
+    @property
+    def times(self) -> list[datetime]:
+        return [self.start + i * self.step for i in range(len(self.fires))]
+
+
+def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
+    """Bucket the attempts (``wakeattempt_started_idx``) and the dead letters (``wake_gc_idx``) of ``window``.
+
+    ``step`` is a minute or an hour; buckets are aligned on UTC.
+    """
+    trunc: type[TruncMinute | TruncHour] = TruncMinute if step == MINUTE else TruncHour
+    if step not in (MINUTE, HOUR):
+        raise ValueError("activity() buckets by the minute or by the hour")
+    end = _floor(now, step) + step
+    start = end - window
+    count = int(window / step)
+    fires, failures, dead = [0] * count, [0] * count, [0] * count
+    attempts = (
+        WakeAttempt.objects.filter(started_at__gte=start, outcome__in=(*SUCCEEDED, *FAILED))
+        .annotate(bucket=trunc("started_at", tzinfo=UTC))
+        .values_list("bucket", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for bucket, outcome, n in attempts:
+        index = _index(bucket, start, step, count)
+        if index is not None:
+            (fires if outcome in SUCCEEDED else failures)[index] += n
+    buried = (
+        Wake.objects.filter(state=State.DEAD, updated_at__gte=start)
+        .annotate(bucket=trunc("updated_at", tzinfo=UTC))
+        .values_list("bucket")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for bucket, n in buried:
+        index = _index(bucket, start, step, count)
+        if index is not None:
+            dead[index] += n
+    return Activity(start=start, step=step, fires=fires, failures=failures, dead=dead)
+
+
+def _floor(moment: datetime, step: timedelta) -> datetime:
+    moment = moment.astimezone(UTC)
+    if step == MINUTE:
+        return moment.replace(second=0, microsecond=0)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _index(bucket: datetime, start: datetime, step: timedelta, count: int) -> int | None:
+    index = int((bucket.astimezone(UTC) - start) / step)
+    return index if 0 <= index < count else None
+
+
+def attempts_by_outcome(since: datetime) -> dict[str, int]:
+    """How many attempts of each outcome started since ``since`` (an index-only scan where the database can)."""
+    found = dict(
+        WakeAttempt.objects.filter(started_at__gte=since).values_list("outcome").annotate(n=Count("id")).order_by()
+    )
+    return {outcome: found.get(outcome, 0) for outcome in Outcome.values}
+
+
+def missed_occurrences(since: datetime) -> dict[str, int]:
+    """Recurring slots that will never fire, by catch-up policy, from occurrences written since ``since``.
+
+    The claim saves ``"missed": N`` in the result of an occurrence that stood for N slots (``latest``)
+    or was closed unfired (``skip``); this sums them over the rows updated in the window. ``state IN
+    (every state)`` lets the range scan use ``wake_gc_idx`` (state, updated_at).
+    """
+    found = (
+        Wake.objects.filter(
+            state__in=State.values, updated_at__gte=since, chain_id__isnull=False, result__has_key="missed"
+        )
+        .values_list("catch_up")
+        .annotate(n=Sum(Cast(KeyTextTransform("missed", "result"), IntegerField())))
+        .order_by()
+    )
+    return {policy: int(n or 0) for policy, n in found}
+
+
+@dataclass(frozen=True)
+class HeldWake:
+    """A firing wake as its runner's row shows it."""
+
+    id: int
+    kind: str
+    serial_key: str | None
+    claimed_at: datetime | None
+    lease_until: datetime | None
+
+
+@dataclass(frozen=True)
+class RunnerInHand:
+    """A live runner and the wakes it holds (the first few; ``holding`` counts them all)."""
+
+    runner: Runner
+    holding: int
+    wakes: list[HeldWake]
+
+
+@dataclass(frozen=True)
+class Runners:
+    """Live runners, how many are stale, and firing wakes held by no live runner."""
+
+    live: list[RunnerInHand]
+    live_count: int
+    stale_count: int
+    orphaned: int  # firing wakes whose runner is not live (they will be taken over when the lease lapses)
+
+
+def runners(now: datetime, *, wakes_per_runner: int = 5) -> Runners:
+    """Read the live runners (``runner_heartbeat_idx``) and the firing wakes (``wake_lease_idx``)."""
+    live_rows = list(Runner.objects.live(now).order_by("started_at", "id")[:RUNNER_ROWS])
+    live_ids = set(Runner.objects.live(now).values_list("id", flat=True))  # runners are few: one row a process
+    stale_count = Runner.objects.stale(now).count()
+    firing = Wake.objects.filter(state=State.FIRING)
+    holding = dict(firing.values_list("claimed_by").annotate(n=Count("id")).order_by())
+    held: dict[str, list[HeldWake]] = defaultdict(list)
+    for row in firing.order_by("claimed_at", "id").values_list(
+        "id", "kind", "serial_key", "claimed_by", "claimed_at", "lease_until"
+    )[:IN_HAND_ROWS]:
+        wake_id, kind, serial_key, claimed_by, claimed_at, lease_until = row
+        if len(held[claimed_by]) < wakes_per_runner:
+            held[claimed_by].append(HeldWake(wake_id, kind, serial_key, claimed_at, lease_until))
+    orphaned = sum(n for runner_id, n in holding.items() if runner_id not in live_ids)
+    return Runners(
+        live=[RunnerInHand(runner, holding.get(runner.id, 0), held.get(runner.id, [])) for runner in live_rows],
+        live_count=len(live_ids),
+        stale_count=stale_count,
+        orphaned=orphaned,
+    )
+
+
+def day_start(now: datetime) -> datetime:
+    """Midnight UTC of ``now``'s day: where the metrics' counters start counting (see :mod:`.metrics`)."""
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
