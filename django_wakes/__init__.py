@@ -27,6 +27,12 @@ _EXPORTS = {
     "nudge_session": "engine",
     "ApprovalRequest": "engine",
     "RunReport": "engine",
+    "pause_chain": "engine",
+    "resume_chain": "engine",
+    "trigger_chain": "engine",
+    "backfill_chain": "engine",
+    "preview": "recurrence",
+    "DstPolicy": "recurrence",
     "once": "receipts",
     "sink": "sinks",
     "registry": "sinks",
@@ -62,22 +68,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine import (  # noqa: F401
         ApprovalRequest,
         RunReport,
+        backfill_chain,
         cancel,
         deliver_event,
         gc,
         nudge_session,
+        pause_chain,
         recover,
         request_approval,
         requeue,
         resolve,
+        resume_chain,
         resume_session,
         run_due,
         schedule,
         stop_session,
+        trigger_chain,
         watch,
     )
     from .exceptions import *  # noqa: F403
     from .receipts import once  # noqa: F401
+    from .recurrence import DstPolicy, preview  # noqa: F401
     from .sinks import KEEP, Defer, Done, Retry, Stop, registry, sink  # noqa: F401
 
 

@@ -82,9 +82,14 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         """Lock these rows if still pending, skipping any another runner is claiming right now.
 
         The only place that uses ``select_for_update(skip_locked=True)``: a runner never waits
-        behind another's claim, it moves on (duplicates waste a read, never double-fire).
+        behind another's claim, it moves on (duplicates waste a read, never double-fire). A row
+        whose ``due_at`` was cleared since the candidates were read (a paused chain) is not taken.
         """
-        return self.filter(id__in=list(ids), state=PENDING).select_for_update(skip_locked=True).order_by(*CLAIM_ORDER)
+        return (
+            self.filter(id__in=list(ids), state=PENDING, due_at__isnull=False)
+            .select_for_update(skip_locked=True)
+            .order_by(*CLAIM_ORDER)
+        )
 
     def lapsed(self, now: datetime) -> WakeQuerySet:
         """Firing wakes whose lease ran out: their runner crashed, was killed or stalled."""

@@ -40,20 +40,25 @@ from django.conf import settings
 from .durations import Duration, parse_duration
 from .exceptions import InvalidDuration, InvalidSchedule
 from .models import Wake
-from .states import CatchUp, TriggerType
+from .states import CatchUp, DstAmbiguous, DstMissing, TriggerType
 from .timeutil import to_datetime
 
 __all__ = [
     "CatchUpPlan",
     "CronGrid",
+    "DstPolicy",
     "EveryGrid",
     "Grid",
+    "Occurrence",
     "chain_key",
+    "dst_policy",
     "grid_for",
     "next_slot",
     "occurrence_fields",
     "plan_catch_up",
     "plan_chain",
+    "preview",
+    "upcoming",
 ]
 
 CRON_MAX_LENGTH: int = Wake._meta.get_field("cron").max_length or 120
@@ -65,6 +70,9 @@ _TINY = timedelta(microseconds=1)
 _TRANSITION_PROBE = timedelta(days=1)
 #: Slots within this distance of a transition (plus the size of the jump) are counted one by one.
 _TRANSITION_MARGIN = timedelta(hours=1)
+#: A walk that meets no firing wall time this far from where it started gives up (``dst.missing="skip"``
+#: with an expression that only ever names skipped times, ``30 2 * 3 0L`` in Europe/Paris, never fires).
+_WALK_HORIZON = timedelta(days=366 * 30)
 #: Random ("R") and hashed ("H") fields would put each occurrence on a different grid: refused.
 _RANDOM_FIELD = re.compile(r"^[rh](?:\(|/|$)")
 
@@ -167,6 +175,65 @@ def _transitions(zone: tzinfo, start: datetime, end: datetime) -> list[datetime]
     return found
 
 
+@dataclass(frozen=True)
+class DstPolicy:
+    """What a cron chain does at the two daylight-saving edge cases; the default is the historical rule.
+
+    ``ambiguous``: a wall time fall-back repeats (:class:`~django_wakes.states.DstAmbiguous`: ``auto``,
+    ``first``, ``second``, ``both``). ``missing``: a wall time spring-forward skips
+    (:class:`~django_wakes.states.DstMissing`: ``shift``, ``skip``). Stored on every occurrence of the
+    chain (``Wake.dst_ambiguous`` / ``Wake.dst_missing``), so a chain keeps the rule it was created with.
+    """
+
+    ambiguous: str = DstAmbiguous.AUTO.value
+    missing: str = DstMissing.SHIFT.value
+
+    @property
+    def is_default(self) -> bool:
+        return self == DstPolicy()
+
+    def describe(self) -> str:
+        """One line for people: ``repeated hour: first instance only; skipped hour: skipped``."""
+        return f"repeated hour: {DstAmbiguous(self.ambiguous).label}; skipped hour: {DstMissing(self.missing).label}"
+
+    @classmethod
+    def of(cls, wake: Wake) -> DstPolicy:
+        """The policy stored on an occurrence (blank fields, as on rows older than the policy, are the default)."""
+        return cls(wake.dst_ambiguous or DstAmbiguous.AUTO.value, wake.dst_missing or DstMissing.SHIFT.value)
+
+
+def dst_policy(value: Any) -> DstPolicy:
+    """Validate ``schedule(dst=...)``: ``None``, a :class:`DstPolicy`, a mapping or ``"ambiguous=both,missing=skip"``.
+
+    Either key may be left out (it keeps the default). Anything else raises :class:`InvalidSchedule`.
+    """
+    if value is None:
+        return DstPolicy()
+    if isinstance(value, DstPolicy):
+        given: dict[str, Any] = {"ambiguous": value.ambiguous, "missing": value.missing}
+    elif isinstance(value, str):
+        given = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            name, sep, choice = part.partition("=")
+            if not sep or name.strip() in given:
+                raise InvalidSchedule(f"dst: expected 'ambiguous=...,missing=...', got {value!r}")
+            given[name.strip()] = choice.strip()
+    elif isinstance(value, dict):
+        given = dict(value)
+    else:
+        raise InvalidSchedule(f"dst: expected a DstPolicy, a dict or a string, got {type(value).__name__}")
+    unknown = sorted(str(k) for k in set(given) - {"ambiguous", "missing"})
+    if unknown:
+        raise InvalidSchedule(f"dst: unknown key(s) {', '.join(unknown)} (expected ambiguous, missing)")
+    ambiguous = given.get("ambiguous", DstAmbiguous.AUTO.value)
+    missing = given.get("missing", DstMissing.SHIFT.value)
+    if not isinstance(ambiguous, str) or ambiguous not in DstAmbiguous.values:
+        raise InvalidSchedule(f"dst: ambiguous must be one of {', '.join(DstAmbiguous.values)}, got {ambiguous!r}")
+    if not isinstance(missing, str) or missing not in DstMissing.values:
+        raise InvalidSchedule(f"dst: missing must be one of {', '.join(DstMissing.values)}, got {missing!r}")
+    return DstPolicy(ambiguous, missing)
+
+
 def _expand(values: list[Any], full: range) -> tuple[int, ...]:
     return tuple(full) if values == ["*"] else tuple(sorted(int(v) for v in values))
 
@@ -175,7 +242,8 @@ def _expand(values: list[Any], full: range) -> tuple[int, ...]:
 class CronGrid:
     """The slots of a 5-field cron expression iterated in local wall time of ``tz``.
 
-    The DST rule, applied to each wall time ``g`` the expression produces:
+    The DST rule, applied to each wall time ``g`` the expression produces, is ``dst`` (a
+    :class:`DstPolicy`); its default, described here, is the rule chains always had:
 
     * ``g`` exists once: it fires at that instant;
     * ``g`` falls in a spring-forward gap (it does not exist): it fires at the first valid instant
@@ -186,10 +254,14 @@ class CronGrid:
       the hour field is fixed, and at both instances when the hour field covers every hour
       (``*``, ``*/1``, ``0-23``), so ``0 * * * *`` fires at every real hour, none skipped, none
       doubled.
+
+    ``dst`` changes the last two cases: ``missing="skip"`` drops a wall time in a gap; ``ambiguous``
+    ``first`` / ``second`` / ``both`` fire at that instance (or both) whatever the hour field is.
     """
 
     expression: str
     tz: str
+    dst: DstPolicy = DstPolicy()
     zone: tzinfo = field(init=False, repr=False, compare=False)
     every_hour: bool = field(init=False, repr=False, compare=False)
     minutes: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -215,7 +287,14 @@ class CronGrid:
         if first == second:
             return (first,)
         if _wall(first, self.zone) == wall:  # ambiguous: both instances are real (first < second)
-            return (first, second) if self.every_hour else (first,)
+            chosen = self.dst.ambiguous
+            if chosen == DstAmbiguous.AUTO:
+                chosen = DstAmbiguous.BOTH if self.every_hour else DstAmbiguous.FIRST
+            if chosen == DstAmbiguous.BOTH:
+                return (first, second)
+            return (first,) if chosen == DstAmbiguous.FIRST else (second,)
+        if self.dst.missing == DstMissing.SKIP:
+            return ()
         # In a gap: fold=1 lands before the transition, fold=0 after it.
         before, after = sorted((first, second))
         return (_first_with_offset(self.zone, before, after),)
@@ -241,19 +320,22 @@ class CronGrid:
     def next_after(self, moment: datetime) -> datetime | None:
         """The first occurrence strictly after ``moment``.
 
-        Instants of the fold=0/gap mapping grow with wall time, and a second (fold=1) instance is
-        never earlier than the first, so the walk can stop at the first wall time whose first
-        instant is past ``moment``; it starts early enough to see second instances of an ambiguous
-        hour that ``moment`` sits in. Bounded work: the slots of at most one ambiguous window.
+        Under every policy the chosen first instants grow with wall time, and a second (fold=1)
+        instance is never earlier than the first, so the walk can stop at the first wall time whose
+        first instant is past ``moment`` (a skipped wall time has none and is walked past); it
+        starts early enough to see second instances of an ambiguous hour that ``moment`` sits in.
+        Bounded work: the slots of at most one ambiguous window.
         """
         wall = _wall(moment, self.zone)
         best: datetime | None = None
         for candidate in self._walls(wall - self._margin(wall)):
+            if best is None and candidate - wall > _WALK_HORIZON:
+                return None
             instants = self._instants(candidate)
             for instant in instants:
                 if instant > moment and (best is None or instant < best):
                     best = instant
-            if instants[0] > moment:
+            if instants and instants[0] > moment:
                 break
         return best
 
@@ -262,11 +344,13 @@ class CronGrid:
         wall = _wall(moment, self.zone)
         best: datetime | None = None
         for candidate in self._walls(wall + self._margin(wall) + _TINY, backwards=True):
+            if best is None and wall - candidate > _WALK_HORIZON:
+                return None
             instants = self._instants(candidate)
             for instant in instants:
                 if instant <= moment and (best is None or instant > best):
                     best = instant
-            if instants[-1] <= moment:
+            if instants and instants[-1] <= moment:
                 break
         return best
 
@@ -358,7 +442,7 @@ def _zone_name(tz: Any) -> str:
     return name
 
 
-def _cron_grid(cron: Any, tz: str) -> CronGrid:
+def _cron_grid(cron: Any, tz: str, dst: DstPolicy | None = None) -> CronGrid:
     """Parse ``cron`` now, so a bad expression is refused at create time rather than at settle time."""
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidSchedule("cron: expected a non-empty cron expression string")
@@ -373,7 +457,7 @@ def _cron_grid(cron: Any, tz: str) -> CronGrid:
         raise InvalidSchedule(f"cron: {cron!r} must have 5 fields (minute hour day month weekday)")
     if any(_RANDOM_FIELD.match(part) for expr in parsed.expressions for part in expr.split(",")):
         raise InvalidSchedule(f"cron: {cron!r} uses a random or hashed field (R/H); give fixed values")
-    return CronGrid(expression, tz)
+    return CronGrid(expression, tz, dst or DstPolicy())
 
 
 def _every(every: Any) -> timedelta:
@@ -401,8 +485,12 @@ def plan_chain(
     start_at: datetime | int | float | None,
     end_at: datetime | int | float | None,
     catch_up: str,
+    dst: Any = None,
 ) -> dict[str, Any]:
     """Validate a new chain and return its model fields, ``fire_at`` being the first occurrence.
+
+    ``dst`` is the cron chain's :class:`DstPolicy` (see :func:`dst_policy` for the accepted forms);
+    ``every`` is elapsed time, so a ``dst`` other than the default is refused with it.
 
     Everything is checked before anything is written, so a bad schedule raises
     :class:`InvalidSchedule` (or :class:`~django_wakes.exceptions.InvalidTime` for a bad
@@ -415,13 +503,16 @@ def plan_chain(
     """
     zone = _zone_name(tz)
     policy = _catch_up(catch_up)
+    rule = dst_policy(dst)
+    if cron is None and not rule.is_default:
+        raise InvalidSchedule("dst: applies only to cron (every is elapsed time, untouched by DST)")
     start = to_datetime(start_at, name="start_at") if start_at is not None else None
     end = to_datetime(end_at, name="end_at") if end_at is not None else None
     step: timedelta | None = None
     expression = ""
     try:
         if cron is not None:
-            cron_grid = _cron_grid(cron, zone)
+            cron_grid = _cron_grid(cron, zone, rule)
             expression = cron_grid.expression
             first = cron_grid.next_after(start - _TINY if start is not None and start > now else now)
         else:
@@ -439,6 +530,8 @@ def plan_chain(
         "every": step,
         "tz": zone,
         "catch_up": policy,
+        "dst_ambiguous": rule.ambiguous if cron is not None else "",
+        "dst_missing": rule.missing if cron is not None else "",
         "start_at": start,
         "end_at": end,
         "chain_id": uuid.uuid4().hex,
@@ -450,7 +543,7 @@ def plan_chain(
 def grid_for(wake: Wake) -> Grid:
     """The slot grid of a recurring wake (``every`` grids are anchored on the wake's own slot)."""
     if wake.cron:
-        return CronGrid(wake.cron, wake.tz or settings.TIME_ZONE)
+        return CronGrid(wake.cron, wake.tz or settings.TIME_ZONE, DstPolicy.of(wake))
     if wake.every is None or wake.fire_at is None:
         raise InvalidSchedule(f"wake {wake.pk} is not a recurring occurrence")
     return EveryGrid(wake.every, wake.fire_at)
@@ -547,8 +640,14 @@ def chain_key(chain_id: str, slot: datetime) -> str:
     return f"chain:{chain_id}:{(slot - _EPOCH) // _TINY}"
 
 
-def occurrence_fields(wake: Wake, slot: datetime, end_at: datetime | None) -> dict[str, Any]:
-    """The fields of the occurrence of ``wake``'s chain at ``slot``, keyed by :func:`chain_key`."""
+def occurrence_fields(
+    wake: Wake, slot: datetime, end_at: datetime | None, *, paused_at: datetime | None = None
+) -> dict[str, Any]:
+    """The fields of the occurrence of ``wake``'s chain at ``slot``, keyed by :func:`chain_key`.
+
+    ``paused_at``: the chain is paused (:mod:`django_wakes.engine.schedules`), so the occurrence is
+    booked held: no ``due_at`` (no runner claims it) and the slot kept to give back on resume.
+    """
     return {
         "workspace_id": wake.workspace_id,
         "session_id": wake.session_id,
@@ -563,12 +662,16 @@ def occurrence_fields(wake: Wake, slot: datetime, end_at: datetime | None) -> di
         "every": wake.every,
         "tz": wake.tz,
         "catch_up": wake.catch_up,
+        "dst_ambiguous": wake.dst_ambiguous,
+        "dst_missing": wake.dst_missing,
         "start_at": wake.start_at,
         "end_at": end_at,
         "chain_id": wake.chain_id,
         "occurrence": wake.occurrence + 1,
         "fire_at": slot,
-        "due_at": slot,
+        "due_at": None if paused_at is not None else slot,
+        "paused_at": paused_at,
+        "paused_due_at": slot if paused_at is not None else None,
         "idempotency_key": chain_key(wake.chain_id or "", slot),
         "depth": wake.depth,  # the same chain, not one deeper
     }
@@ -593,3 +696,135 @@ def next_slot(wake: Wake, now: datetime, end_at: datetime | None) -> datetime | 
     if upcoming is None or (end_at is not None and upcoming > end_at):
         return None
     return upcoming
+
+
+# --------------------------------------------------------------------------------------------------
+# Preview: the next fire times, in the chain's own zone, with its DST transitions marked
+# --------------------------------------------------------------------------------------------------
+
+#: A preview lists at most this many occurrences (the admin's chain page and ``wakes preview -n``).
+PREVIEW_MAX = 500
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One fire time of a preview: the instant, its local wall time, and what DST did around it.
+
+    ``changes``: the zone's offset changes since the previous occurrence of the preview (or its
+    start), in words, with any wall time the change skipped or repeated. ``note``: what DST did to
+    *this* occurrence (moved out of a skipped hour, or which instance of a repeated one), else ``""``.
+    """
+
+    at: datetime
+    local: datetime
+    changes: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def marked(self) -> bool:
+        """Whether DST touched this occurrence or the time before it (what a DST column flags)."""
+        return bool(self.changes or self.note)
+
+
+def _hhmm(moment: datetime) -> str:
+    return moment.strftime("%H:%M")
+
+
+def _describe_change(zone: tzinfo, moment: datetime, grid: Grid) -> str:
+    """``clocks go back 03:00 → 02:00 (CEST → CET)``, plus the cron times that change skipped."""
+    before = (moment - _ONE_SECOND).astimezone(zone)
+    after = moment.astimezone(zone)
+    old_wall = (moment + (before.utcoffset() or timedelta(0))).replace(tzinfo=None)
+    new_wall = after.replace(tzinfo=None)
+    direction = "forward" if new_wall > old_wall else "back"
+    text = (
+        f"{after:%Y-%m-%d}: clocks go {direction} {_hhmm(old_wall)} → {_hhmm(new_wall)}"
+        f" ({before.tzname()} → {after.tzname()})"
+    )
+    if isinstance(grid, CronGrid) and direction == "forward":
+        gone = [wall for wall in _cron_walls_between(grid, old_wall, new_wall)]
+        if gone:
+            fate = "skipped" if grid.dst.missing == DstMissing.SKIP else f"fire at {_hhmm(new_wall)}"
+            text += f"; {', '.join(_hhmm(w) for w in gone[:6])}{' …' if len(gone) > 6 else ''} not on the clock: {fate}"
+    return text
+
+
+def _cron_walls_between(grid: CronGrid, start: datetime, end: datetime) -> list[datetime]:
+    """The expression's wall times in the naive ``[start, end)`` (a skipped hour's worth at most)."""
+    walls = []
+    for wall in grid._walls(start - _TINY):
+        if wall >= end:
+            break
+        walls.append(wall)
+    return walls
+
+
+def _note(grid: Grid, zone: tzinfo, moment: datetime) -> str:
+    """What DST did to the occurrence at ``moment``, or ``""``: which instance of a repeated time, or a move."""
+    local = moment.astimezone(zone)
+    wall = local.replace(tzinfo=None)
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    if first != second:  # the wall time is repeated this night
+        which = "second" if moment == second else "first"
+        return f"repeated {_hhmm(wall)}: the {which} one ({local.tzname()})"
+    if isinstance(grid, CronGrid) and not croniter.match(grid.expression, wall):
+        # Not a wall time of the expression: the shift out of a skipped hour, onto the change itself.
+        before = moment + ((moment - _ONE_SECOND).astimezone(zone).utcoffset() or timedelta(0))
+        gone = _cron_walls_between(grid, before.replace(tzinfo=None), wall)
+        named = ", ".join(_hhmm(w) for w in gone[:6]) or "its time"
+        return f"moved to {_hhmm(wall)}: {named} not on the clock"
+    return ""
+
+
+def upcoming(grid: Grid, *, after: datetime, n: int, zone: tzinfo, until: datetime | None = None) -> list[Occurrence]:
+    """The first ``n`` slots of ``grid`` strictly after ``after`` (none past ``until``), shown in ``zone``."""
+    found: list[Occurrence] = []
+    previous = after
+    while len(found) < n:
+        try:
+            moment = grid.next_after(previous)
+        except OverflowError:
+            break
+        if moment is None or (until is not None and moment > until):
+            break
+        changes = tuple(_describe_change(zone, t, grid) for t in _transitions(zone, previous, moment))
+        found.append(Occurrence(moment, moment.astimezone(zone), changes, _note(grid, zone, moment)))
+        previous = moment
+    return found
+
+
+def preview(
+    *,
+    cron: str | None = None,
+    every: Duration | None = None,
+    tz: str | None = None,
+    n: int = 10,
+    start: datetime | int | float | None = None,
+    dst: Any = None,
+) -> list[Occurrence]:
+    """The next ``n`` fire times of a schedule, as :func:`plan_chain` would lay them out from ``start``.
+
+    ``start`` defaults to now. cron: the slots strictly after ``start`` under the ``dst`` policy;
+    every: ``start + every``, ``start + 2 * every`` … Each :class:`Occurrence` has the UTC instant,
+    the local time in ``tz`` (default ``settings.TIME_ZONE``) and the DST changes and adjustments.
+    Bad input raises :class:`InvalidSchedule` (or :class:`~django_wakes.exceptions.InvalidTime`).
+    """
+    from . import clock  # the injectable clock: a preview under fake_clock starts at the fake now
+
+    if (cron is None) == (every is None):
+        raise InvalidSchedule("preview: pass exactly one of cron or every")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= PREVIEW_MAX:
+        raise InvalidSchedule(f"n: expected a whole number from 1 to {PREVIEW_MAX}, got {n!r}")
+    zone_name = _zone_name(tz)
+    zone = ZoneInfo(zone_name)
+    begin = to_datetime(start, name="start") if start is not None else clock.now()
+    rule = dst_policy(dst)
+    grid: Grid
+    if cron is not None:
+        grid = _cron_grid(cron, zone_name, rule)
+    else:
+        if not rule.is_default:
+            raise InvalidSchedule("dst: applies only to cron (every is elapsed time, untouched by DST)")
+        grid = EveryGrid(_every(every), begin)
+    return upcoming(grid, after=begin, n=n, zone=zone)

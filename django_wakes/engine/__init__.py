@@ -6,6 +6,7 @@
 * :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
 * :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
 * :mod:`.runners` — the runner registry rows;
+* :mod:`.schedules` — operator transitions on a recurring chain (pause, resume, trigger now, backfill);
 * :mod:`.operate` — operator transitions on one wake or lane (fire now, reschedule, extend expiry, pause a lane).
 
 Every exit from ``pending`` is a conditional UPDATE whose row count picks the single winner.
@@ -28,6 +29,7 @@ from .passes import (
     run_due,
     unwakeable_log,
 )
+from .schedules import Backfill, backfill_chain, pause_chain, resume_chain, trigger_chain
 from .sessions import nudge_session, resume_session, stop_session
 from .settle import (
     FireOutcome,
@@ -48,6 +50,11 @@ __all__ = [
     "backoff_delay",
     "drop_broken_connections",
     "ApprovalRequest",
+    "Backfill",
+    "backfill_chain",
+    "pause_chain",
+    "resume_chain",
+    "trigger_chain",
     "Claim",
     "FireOutcome",
     "RunReport",

@@ -183,6 +183,7 @@ def schedule(
     start_at: datetime | int | float | None = None,
     end_at: datetime | int | float | None = None,
     catch_up: str = "replay",
+    dst: Any = None,
     kind: str = SESSION_TURN,
     serial_key: str | None = None,
     intent: Any = None,
@@ -195,7 +196,11 @@ def schedule(
     priority: int = 0,
     queue_name: str = DEFAULT_QUEUE,
 ) -> Wake:
-    """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``."""
+    """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``.
+
+    ``dst``: a cron chain's daylight-saving policy (:class:`~django_wakes.recurrence.DstPolicy`,
+    ``{"ambiguous": ..., "missing": ...}`` or ``"ambiguous=both,missing=skip"``); default, today's rule.
+    """
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
     if len(given) != 1:
         raise InvalidWake(f"pass exactly one of delay, at, cron, every (got {', '.join(given) if given else 'none'})")
@@ -214,12 +219,19 @@ def schedule(
     if cron is not None or every is not None:
         fields.update(
             recurrence.plan_chain(
-                now=now, cron=cron, every=every, tz=tz, start_at=start_at, end_at=end_at, catch_up=catch_up
+                now=now,
+                cron=cron,
+                every=every,
+                tz=tz,
+                start_at=start_at,
+                end_at=end_at,
+                catch_up=catch_up,
+                dst=dst,
             )
         )
     else:
-        if tz is not None or start_at is not None or end_at is not None or catch_up != "replay":
-            raise InvalidWake("tz, start_at, end_at and catch_up apply only to cron or every")
+        if tz is not None or start_at is not None or end_at is not None or catch_up != "replay" or dst is not None:
+            raise InvalidWake("tz, start_at, end_at, catch_up and dst apply only to cron or every")
         if delay is not None:
             fields["fire_at"] = after(now, parse_duration(delay, name="delay"), name="delay")
         else:
@@ -414,26 +426,29 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     Called inside the settle transaction (fired, dead, expired notice; not after ``Stop()``), so the
     settle and the booking commit together. :mod:`~django_wakes.recurrence` decides the slot (from
     the slot the firing stood for, never the wall clock); ``end_at`` is re-read here because
-    :func:`~django_wakes.cancel` on a firing occurrence closes the chain by setting it.
+    :func:`~django_wakes.cancel` on a firing occurrence closes the chain by setting it, and
+    ``paused_at`` because pausing the chain while this occurrence fired books the next one held
+    (:mod:`~django_wakes.engine.schedules`; the settle holds this row's lock, so the read is current).
     """
     if not wake.is_recurring:
         return None
     if sessions.is_stopped(wake.session_id):
         logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id)
         return None
-    row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at").first()
+    row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at", "paused_at").first()
     end_at = row["end_at"] if row is not None else wake.end_at
+    paused_at = row["paused_at"] if row is not None else wake.paused_at
     upcoming = recurrence.next_slot(wake, now, end_at)
     if upcoming is None:
         logger.info("chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk)
         return None
-    return book_occurrence(wake, upcoming, end_at)
+    return book_occurrence(wake, upcoming, end_at, paused_at=paused_at)
 
 
-def book_occurrence(wake: Wake, slot: datetime, end_at: datetime | None) -> Wake:
+def book_occurrence(wake: Wake, slot: datetime, end_at: datetime | None, *, paused_at: datetime | None = None) -> Wake:
     """Insert the occurrence of ``wake``'s chain at ``slot`` (or return the row an earlier booking made).
 
     The row carries the idempotency key :func:`~django_wakes.recurrence.chain_key`, so booking one
     slot twice (a replayed settle, two runners) yields one row.
     """
-    return create_wake(recurrence.occurrence_fields(wake, slot, end_at))
+    return create_wake(recurrence.occurrence_fields(wake, slot, end_at, paused_at=paused_at))
