@@ -42,7 +42,9 @@ def reset() -> None:
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("TRUNCATE django_wakes_wakeattempt, django_wakes_wake, django_wakes_runner RESTART IDENTITY")
+            cursor.execute(
+                "TRUNCATE django_wakes_wakeattempt, django_wakes_wake, django_wakes_runner RESTART IDENTITY CASCADE"
+            )
         else:
             for table in ("django_wakes_wakeattempt", "django_wakes_wake", "django_wakes_runner"):
                 cursor.execute(f"DELETE FROM {table}")
@@ -84,6 +86,38 @@ def seed(n: int, *, lanes: int = 0, kind: str = "bench.noop", in_seconds: float 
             Wake.objects.bulk_create(rows, batch_size=1000)
 
 
+def clone_sql(n: int, template: dict[str, Any], overrides: dict[str, str]) -> None:
+    """Insert ``n`` copies of a wake built by the ORM from ``template`` with one SQL statement.
+
+    Every column not in ``overrides`` (column name -> SQL expression of ``g``, the row number
+    1..n) is copied from the template row, so columns other work adds to the model later (with
+    Python-side defaults) are filled in as Django would. The template row is deleted afterwards.
+    """
+    from django.db import connection
+
+    from django_wakes.models import Wake
+
+    row = Wake.objects.create(**template)
+    columns = [f.column for f in Wake._meta.concrete_fields if f.column != "id"]
+    exprs = [overrides.get(c, f"t.{connection.ops.quote_name(c)}") for c in columns]
+    names = ", ".join(connection.ops.quote_name(c) for c in columns)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"INSERT INTO django_wakes_wake ({names}) SELECT {', '.join(exprs)} "
+                f"FROM django_wakes_wake t, generate_series(1, %s) AS g WHERE t.id = %s",
+                [n, row.pk],
+            )
+        else:
+            cursor.execute(
+                f"INSERT INTO django_wakes_wake ({names}) "
+                f"WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < %s) "
+                f"SELECT {', '.join(exprs)} FROM django_wakes_wake t, s WHERE t.id = %s",
+                [n, row.pk],
+            )
+    Wake.objects.filter(pk=row.pk).delete()
+
+
 def seed_future_sql(n: int) -> None:
     """Insert ``n`` pending wakes due in 1-2 days with one SQL statement (fast for 1,000,000 rows).
 
@@ -91,46 +125,72 @@ def seed_future_sql(n: int) -> None:
     """
     from django.db import connection
 
-    columns = (
-        "workspace_id, trigger_type, kind, serial_key, state, fire_at, due_at, prompt, claimed_by, attempts, "
-        "max_attempts, last_error, cron, tz, catch_up, occurrence, created_at, updated_at"
+    from django_wakes import clock
+
+    now = clock.now()
+    lane = "CASE WHEN g %% 2 = 0 THEN 'lane-' || (g %% 100) END"
+    if connection.vendor == "postgresql":
+        due = "t.due_at + g * interval '1 millisecond'"
+    else:
+        due = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', t.due_at, '+' || (g / 1000.0) || ' seconds')"
+    template = _wake_fields(now, now + timedelta(days=1), "pending")
+    clone_sql(n, template, {"serial_key": lane, "due_at": due, "fire_at": due})
+
+
+def _wake_fields(now: Any, due: Any, state: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "workspace_id": "bench",
+        "trigger_type": "at",
+        "kind": "bench.noop",
+        "state": state,
+        "fire_at": due,
+        "due_at": due,
+        "created_at": now,
+        "updated_at": now,
+        "max_attempts": 5,
+        **extra,
+    }
+
+
+def seed_terminal_sql(n: int) -> None:
+    """Insert ``n`` ``fired`` wakes (workspace ``bench-old``) with one SQL statement: a table's history."""
+    from django_wakes import clock
+
+    now = clock.now()
+    old = now - timedelta(days=10)
+    template = _wake_fields(
+        old,
+        old,
+        "fired",
+        workspace_id="bench-old",
+        claimed_by="old-runner",
+        attempts=1,
+        result={"trigger": "at"},
+        settled_at=old,
     )
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"""
-                INSERT INTO django_wakes_wake ({columns})
-                SELECT 'bench', 'at', 'bench.noop', CASE WHEN g %% 2 = 0 THEN 'lane-' || (g %% 100) END, 'pending',
-                       now() + interval '1 day' + g * interval '1 millisecond',
-                       now() + interval '1 day' + g * interval '1 millisecond',
-                       '', '', 0, 5, '', '', '', '', 0, now(), now()
-                FROM generate_series(1, %s) AS g
-                """,
-                [n],
-            )
-        else:
-            from django_wakes import clock
-
-            base = clock.now() + timedelta(days=1)
-            cursor.execute(
-                f"""
-                WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < %s)
-                INSERT INTO django_wakes_wake ({columns})
-                SELECT 'bench', 'at', 'bench.noop', CASE WHEN i % 2 = 0 THEN 'lane-' || (i % 100) END, 'pending',
-                       strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (i / 1000.0) || ' seconds'),
-                       strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (i / 1000.0) || ' seconds'),
-                       '', '', 0, 5, '', '', '', '', 0, %s, %s
-                FROM g
-                """,
-                [n, base.strftime("%Y-%m-%d %H:%M:%S"), base.strftime("%Y-%m-%d %H:%M:%S"), base, base],
-            )
+    template["due_at"] = None
+    clone_sql(
+        n,
+        template,
+        {
+            "serial_key": "CASE WHEN g %% 2 = 0 THEN 'lane-' || (g %% 100) END",
+            "fire_at": "t.fire_at + g * interval '1 millisecond'",
+            "updated_at": "t.updated_at + g * interval '1 millisecond'",
+            "settled_at": "t.settled_at + g * interval '1 millisecond'",
+            "fence": "g",
+        },
+    )
 
 
-def analyze() -> None:
+def analyze(vacuum: bool = False) -> None:
+    """Fresh planner statistics (``vacuum``: ``VACUUM ANALYZE`` on PostgreSQL, what the peers get too)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE django_wakes_wake" if connection.vendor == "postgresql" else "ANALYZE")
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{'VACUUM ' if vacuum else ''}ANALYZE django_wakes_wake")
+        else:
+            cursor.execute("ANALYZE")
 
 
 def vm_rss_kib() -> int:
@@ -161,10 +221,42 @@ def step_prepare(args: argparse.Namespace) -> dict[str, Any]:
     by ``lane-backlog``.
     """
     reset()
-    seed(args.n, lanes=args.lanes)
+    seed(args.n, lanes=args.lanes, kind=args.kind)
     if vendor() == "postgresql":
+        analyze(vacuum=True)
+    return {"seeded": args.n, "lanes": args.lanes, "kind": args.kind}
+
+
+def step_big_seed(args: argparse.Namespace) -> dict[str, Any]:
+    """Empty the tables and insert ``terminal`` fired wakes: the history gc keeps (30 days) in production."""
+    reset()
+    t0 = time.perf_counter()
+    seed_terminal_sql(args.terminal)
+    analyze(vacuum=True)
+    return {"terminal": args.terminal, "seed_s": time.perf_counter() - t0}
+
+
+def step_big_due(args: argparse.Namespace) -> dict[str, Any]:
+    """Replace the big table's live wakes by ``n`` due-now wakes in ``lanes`` lanes, with fresh or stale statistics.
+
+    Stale: the table is ``ANALYZE``d while it holds only terminal rows (what autovacuum usually last
+    saw: a burst arrives between two of its runs), then the due wakes are inserted, and autovacuum
+    is switched off for the table so it cannot refresh them during the run (``--autovacuum on``
+    switches it back). Fresh: ``VACUUM ANALYZE`` after the insert.
+    """
+    from django_wakes.models import Wake, WakeAttempt
+
+    WakeAttempt.objects.filter(wake__workspace_id="bench").delete()
+    Wake.objects.filter(workspace_id="bench").delete()
+    if args.stats == "stale":
+        _autovacuum(False)
         analyze()
-    return {"seeded": args.n, "lanes": args.lanes}
+        seed(args.n, lanes=args.lanes)
+    else:
+        _autovacuum(True)
+        seed(args.n, lanes=args.lanes)
+        analyze(vacuum=True)
+    return {"n": args.n, "lanes": args.lanes, "stats": args.stats, "terminal": count_state("fired")}
 
 
 def step_reset(args: argparse.Namespace) -> dict[str, Any]:
@@ -178,10 +270,12 @@ def step_span(args: argparse.Namespace) -> dict[str, Any]:
 
     from django_wakes.models import Wake, WakeAttempt
 
-    agg = Wake.objects.aggregate(first=Min("claimed_at"), last=Max("settled_at"), claims=Sum("attempts"))
-    states = dict(Wake.objects.values_list("state").annotate(n=Count("id")).order_by())
-    attempts = WakeAttempt.objects.count()
-    attempted_wakes = WakeAttempt.objects.values("wake_id").distinct().count()
+    wakes = Wake.objects.filter(workspace_id=args.workspace)
+    tries = WakeAttempt.objects.filter(wake__workspace_id=args.workspace)
+    agg = wakes.aggregate(first=Min("claimed_at"), last=Max("settled_at"), claims=Sum("attempts"))
+    states = dict(wakes.values_list("state").annotate(n=Count("id")).order_by())
+    attempts = tries.count()
+    attempted_wakes = tries.values("wake_id").distinct().count()
     span = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
     # claims: Wake.attempts summed (one per claim; a re-drive after a lapsed lease would add one)
     return {
@@ -468,8 +562,17 @@ def main() -> None:
     p = sub.add_parser("prepare")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--lanes", type=int, default=0)
+    p.add_argument("--kind", default="bench.noop")
+    p = sub.add_parser("big-seed")
+    p.add_argument("--terminal", type=int, default=1_000_000)
+    p = sub.add_parser("big-due")
+    p.add_argument("--n", type=int, default=2_000)
+    p.add_argument("--lanes", type=int, default=100)
+    p.add_argument("--stats", choices=["fresh", "stale"], required=True)
+    sub.add_parser("autovacuum-on")
     sub.add_parser("reset")
-    sub.add_parser("span")
+    p = sub.add_parser("span")
+    p.add_argument("--workspace", default="bench")
     p = sub.add_parser("claim")
     p.add_argument("--small", type=int, default=10_000)
     p.add_argument("--large", type=int, default=1_000_000)
@@ -500,6 +603,9 @@ def main() -> None:
         "lane-backlog": step_lane_backlog,
         "pass-stats": step_pass_stats,
         "prepare": step_prepare,
+        "big-seed": step_big_seed,
+        "big-due": step_big_due,
+        "autovacuum-on": lambda args: _autovacuum(True) or {},
         "reset": step_reset,
         "span": step_span,
         "claim": step_claim,

@@ -1,7 +1,8 @@
-"""The benchmark's sinks: a no-op, and one that records when it fired (for the latency figures)."""
+"""The benchmark's sinks: a no-op, one that records when it fired (latency), one that waits (I/O-bound)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -9,6 +10,8 @@ from typing import Any
 
 _lock = threading.Lock()
 _stamp_file = None
+#: How long the I/O-bound sink waits, like a webhook or a model call would (``BENCH_IO_SECONDS``).
+IO_SECONDS = float(os.environ.get("BENCH_IO_SECONDS", "0.1"))
 
 
 def noop(wake: Any, result: dict[str, Any]) -> None:
@@ -23,3 +26,8 @@ def stamp(wake: Any, result: dict[str, Any]) -> None:
         if _stamp_file is None:
             _stamp_file = open(os.environ["BENCH_STAMP_FILE"], "a", buffering=1)  # noqa: SIM115
         _stamp_file.write(f"{wake.pk} {now:.6f}\n")
+
+
+async def io_wait(wake: Any, result: dict[str, Any]) -> None:
+    """Wait ``IO_SECONDS`` without holding a thread: an I/O-bound sink (``runwakes --concurrency N``)."""
+    await asyncio.sleep(IO_SECONDS)
