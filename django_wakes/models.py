@@ -267,8 +267,10 @@ class WakeAttempt(models.Model):
         ordering = ["wake_id", "number", "id"]
         indexes = [
             models.Index(fields=["wake", "number"], name="wakeattempt_wake_idx"),
-            # the dashboard and the metrics: attempts of the last hour/day by outcome (a time-windowed scan).
-            models.Index(fields=["started_at", "outcome"], name="wakeattempt_started_idx"),
+            # the dashboard and the metrics: attempts settled in the last hour/day by outcome (a time-windowed
+            # scan). finished_at, not started_at: it is written when the row is, so a window never misses a
+            # long sink's attempt recorded after the window moved on.
+            models.Index(fields=["finished_at", "outcome"], name="wakeattempt_finished_idx"),
         ]
 
     def __str__(self) -> str:

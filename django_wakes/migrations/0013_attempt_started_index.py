@@ -12,6 +12,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='wakeattempt',
-            index=models.Index(fields=['started_at', 'outcome'], name='wakeattempt_started_idx'),
+            index=models.Index(fields=['finished_at', 'outcome'], name='wakeattempt_finished_idx'),
         ),
     ]
