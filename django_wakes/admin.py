@@ -1,30 +1,46 @@
-"""The operator console: inspect wakes, their attempts, receipts and runners; cancel or retry wakes.
+"""The operator console: what is stuck, why, and what comes next; per-wake and per-lane operator buttons.
 
-Everything is read-only. The only writes are two actions, and both go through the engine's
-conditional transitions (:func:`~django_wakes.engine.cancel`, :func:`~django_wakes.engine.requeue`),
-so an operator racing a runner can never double-fire or resurrect a wake. Secrets stay hidden:
-the approval ``token_hash``, the claim fence token and a receipt's owner token are never shown.
+Rows are never edited here. Every write is an engine transition: the list's bulk actions
+(:func:`~django_wakes.engine.cancel`, :func:`~django_wakes.engine.requeue`), the wake page's buttons
+and the lanes page's pause/resume (:mod:`django_wakes.engine.operate`), each a conditional UPDATE, so
+an operator racing a runner can never double-fire or resurrect a wake. They need the
+``django_wakes.operate_wake`` permission (403 without it) and a confirmation (a GET shows what will
+happen, the POST does it). Secrets stay hidden: the approval ``token_hash``, the claim token and a
+receipt's owner token are never shown.
+
+Times are shown to the second in the operator's time zone (Django's current time zone, else
+``TIME_ZONE``), with UTC on hover.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
-from django.utils.html import format_html
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from . import clock, engine
-from .models import Receipt, RetainedEvent, Runner, SessionControl, State, Wake, WakeAttempt
+from .attention import Attention, seconds
+from .exceptions import WakeError
+from .forms import MomentForm, PauseLaneForm
+from .lanes import LaneQueue, busy_lanes, lane_queue, waiting_lanes
+from .models import PausedLane, Receipt, RetainedEvent, Runner, SessionControl, State, TriggerType, Wake, WakeAttempt
 from .querysets import RunnerQuerySet, WakeQuerySet
 
 if TYPE_CHECKING:
@@ -38,6 +54,10 @@ else:
     AttemptInline = admin.TabularInline
 
 SUMMARY_CHARS = 80
+#: Keys and paths longer than this are cut in the list (the whole value is on hover): no horizontal scroll.
+KEY_CHARS = 28
+#: The kind of the Django Tasks backend's wakes: their intent is ``{"task", "args", "kwargs"}``.
+TASK_KIND = "django_wakes.task"
 
 
 def _pretty_json(value: Any) -> str:
@@ -61,8 +81,121 @@ def _error_details(text: str) -> str:
     return format_html("<details><summary>{}</summary><pre>{}</pre></details>", summary, text)
 
 
-def _seconds(delta: timedelta) -> str:
-    return f"{delta.total_seconds():.1f}s"
+def _cut(text: str, chars: int = KEY_CHARS) -> str:
+    """A long key cut to fit a column, whole on hover."""
+    if len(text) <= chars:
+        return format_html("{}", text)
+    return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(chars))
+
+
+def moment(value: datetime | None, *, zone: bool = False) -> str:
+    """A time to the second in the operator's time zone, with UTC on hover."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    shown = local.strftime("%Y-%m-%d %H:%M:%S") + (f" {local.tzname()}" if zone else "")
+    utc = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), utc, shown)
+
+
+def compact_duration(delta: timedelta) -> str:
+    """``every`` as a person writes it: ``5m``, ``1h30m``, ``1d``, ``90s`` (what ``schedule(every=...)`` accepts)."""
+    total = int(delta.total_seconds())
+    if total <= 0 or delta != timedelta(seconds=total):
+        return f"{delta.total_seconds():g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def describe_trigger(wake: Wake) -> str:
+    """The trigger as what it is: ``cron "0 9 * * MON-FRI" (Europe/Paris)``, ``every 5m``, ``at …``, ``event …``."""
+    if wake.trigger_type == TriggerType.ON_EVENT:
+        return format_html("event {}", _cut(wake.event_key or "?"))
+    if wake.trigger_type == TriggerType.ON_APPROVAL:
+        return format_html("{}", _("approval"))
+    if wake.cron:
+        return format_html('cron "{}" ({})', wake.cron, wake.tz or "UTC")
+    if wake.every is not None:
+        return format_html("every {}", compact_duration(wake.every))
+    return format_html("at {}", moment(wake.fire_at))
+
+
+def task_call(wake: Wake) -> str | None:
+    """A Django Tasks wake's call as text, ``module.fn(1, "a", key=2)``; None for other wakes."""
+    intent = wake.intent if wake.kind == TASK_KIND else None
+    if not isinstance(intent, dict) or not isinstance(intent.get("task"), str):
+        return None
+    args = intent.get("args") if isinstance(intent.get("args"), list) else []
+    kwargs = intent.get("kwargs") if isinstance(intent.get("kwargs"), dict) else {}
+    shown = [json.dumps(a, ensure_ascii=False) for a in args or []]
+    shown += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (kwargs or {}).items()]
+    return f"{intent['task']}({', '.join(shown)})"
+
+
+def _runner_link(runner_id: str, known: set[str] | None = None) -> str:
+    """Link a runner id to its Runner page (if its row still exists: rows of long-dead runners age out)."""
+    if not runner_id:
+        return "-"
+    exists = runner_id in known if known is not None else Runner.objects.filter(pk=runner_id).exists()
+    if not exists:
+        return format_html('{} <span class="quiet">({})</span>', runner_id, _("gone"))
+    url = reverse("admin:django_wakes_runner_change", args=[quote(runner_id)])
+    return format_html('<a href="{}">{}</a>', url, runner_id)
+
+
+def _wake_link(wake_id: int) -> str:
+    return format_html('<a href="{}">{}</a>', reverse("admin:django_wakes_wake_change", args=[wake_id]), wake_id)
+
+
+def why(wake: Wake, attention: Attention) -> str:
+    """The note an operator reads first: hung, unwakeable, the last error, or how late it is (or was)."""
+    hung = attention.hung_reason(wake)
+    if hung:
+        return format_html('<strong class="wake-hung">{} {}</strong>', _("hung:"), hung)
+    if attention.is_unwakeable(wake):
+        return format_html(
+            '<strong class="wake-unwakeable">{}</strong>',
+            _("unwakeable: no live runner fires kind %(kind)s") % {"kind": wake.kind},
+        )
+    if wake.last_error:
+        line = _last_line(wake.last_error)
+        return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))
+    now = attention.now
+    if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
+        return _("due for %(span)s") % {"span": seconds(now - wake.due_at)}
+    if wake.state == State.FIRING:
+        running = attention.running_for(wake)
+        return _("firing for %(span)s") % {"span": seconds(running)} if running is not None else ""
+    if wake.state in (State.FIRED, State.EXPIRED) and wake.claimed_at and wake.due_at:
+        late = wake.claimed_at - wake.due_at
+        if late > timedelta(0):
+            return _("started late by %(span)s") % {"span": seconds(late)}
+    return ""
+
+
+#: The page being rendered's one look at the wakes (list columns get no request to carry it).
+_ATTENTION: ContextVar[Attention | None] = ContextVar("django_wakes_admin_attention", default=None)
+
+
+def _current_attention() -> Attention:
+    """The :class:`Attention` of the page being rendered, or a fresh one outside a page."""
+    return _ATTENTION.get() or Attention()
+
+
+def _rendered_with_attention(view: Callable[[], HttpResponse]) -> HttpResponse:
+    """Run and render a page while one :class:`Attention` answers "hung?" and "unwakeable?" for all its rows."""
+    token = _ATTENTION.set(Attention())
+    try:
+        response = view()
+        if isinstance(response, TemplateResponse):
+            response.render()
+        return response
+    finally:
+        _ATTENTION.reset(token)
 
 
 class AttentionFilter(admin.SimpleListFilter):
@@ -75,6 +208,8 @@ class AttentionFilter(admin.SimpleListFilter):
         return [
             ("dead", _("dead letter (failed every attempt)")),
             ("overdue", _("overdue (pending, due over a minute ago)")),
+            ("hung", _("hung (firing longer than its lease or its kind's usual time)")),
+            ("unwakeable", _("unwakeable (due, no live runner fires its kind)")),
             ("lapsed", _("lease lapsed (firing, runner gone)")),
             ("failing", _("failing (pending, last attempt failed)")),
         ]
@@ -86,6 +221,10 @@ class AttentionFilter(admin.SimpleListFilter):
             return wakes.filter(state=State.DEAD)
         if self.value() == "overdue":
             return wakes.overdue(now)
+        if self.value() == "hung":
+            return Attention(now).hung(wakes)
+        if self.value() == "unwakeable":
+            return Attention(now).unwakeable(wakes)
         if self.value() == "lapsed":
             return wakes.lapsed(now)
         if self.value() == "failing":
@@ -98,7 +237,8 @@ class WakeAttemptInline(AttemptInline):
     extra = 0
     can_delete = False
     show_change_link = False
-    fields = ("number", "outcome", "runner_id", "started_at", "finished_at", "duration", "error_details")
+    verbose_name_plural = _("attempt history")
+    fields = ("number", "outcome", "runner", "fence", "started", "took", "error_type", "error_details")
     readonly_fields = fields
     ordering = ("number", "id")
 
@@ -111,11 +251,19 @@ class WakeAttemptInline(AttemptInline):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    @admin.display(description=_("runner"))
+    def runner(self, attempt: WakeAttempt) -> str:
+        return _runner_link(attempt.runner_id)
+
+    @admin.display(description=_("started"))
+    def started(self, attempt: WakeAttempt) -> str:
+        return moment(attempt.started_at)
+
     @admin.display(description=_("took"))
-    def duration(self, attempt: WakeAttempt) -> str:
+    def took(self, attempt: WakeAttempt) -> str:
         if attempt.finished_at is None:
             return "-"
-        return _seconds(attempt.finished_at - attempt.started_at)
+        return seconds(attempt.finished_at - attempt.started_at)
 
     @admin.display(description=_("error"))
     def error_details(self, attempt: WakeAttempt) -> str:
@@ -135,61 +283,142 @@ class ReadOnlyAdmin(ModelAdmin):
         return False
 
 
+def _time_field(name: str, label: StrOrPromise) -> Callable[[Any, Wake], str]:
+    """A read-only display of one time field of a wake, to the second (Django's own stops at the minute)."""
+
+    @admin.display(description=label, ordering=name)
+    def show(self: Any, wake: Wake) -> str:
+        return moment(getattr(wake, name), zone=True)
+
+    return show
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A button on the wake page: what it is called, what it asks for, and the transition it runs."""
+
+    label: StrOrPromise
+    confirm: StrOrPromise
+    applies: Callable[[Wake], bool]
+    asks_for_time: StrOrPromise | None = None
+
+
+OPERATIONS: dict[str, Operation] = {
+    "fire_now": Operation(
+        _("Fire now"),
+        _("Make this wake due now: the next runner pass fires it (its lane's order still holds)."),
+        lambda w: w.state == State.PENDING and w.fire_at is not None,
+    ),
+    "reschedule": Operation(
+        _("Reschedule"),
+        _("Move when this wake is next due."),
+        lambda w: w.state == State.PENDING and w.fire_at is not None and not (w.is_recurring and w.result is None),
+        asks_for_time=_("New time"),
+    ),
+    "extend_expiry": Operation(
+        _("Extend expiry"),
+        _("Give this wake more time for its trigger to come."),
+        lambda w: w.state == State.PENDING and w.expires_at is not None and w.result is None,
+        asks_for_time=_("New expiry"),
+    ),
+    "retry": Operation(
+        _("Retry"),
+        _("Requeue this dead wake with fresh attempts, due now; its saved result is handed to the sink again."),
+        lambda w: w.state == State.DEAD,
+    ),
+    "cancel": Operation(
+        _("Cancel"),
+        _("Cancel this wake: it will never fire (a firing recurring occurrence finishes, and its chain ends)."),
+        lambda w: w.state == State.PENDING or (w.state == State.FIRING and w.is_recurring),
+    ),
+}
+
+
+def _run_operation(name: str, wake_id: int, at: datetime | None) -> str:
+    """Run one of :data:`OPERATIONS` through the engine; return its message (it raises OperationRefused)."""
+    if name == "fire_now":
+        return engine.fire_now(wake_id)
+    if name == "reschedule":
+        assert at is not None
+        return engine.reschedule(wake_id, at)
+    if name == "extend_expiry":
+        assert at is not None
+        return engine.extend_expiry(wake_id, at)
+    if name == "retry":
+        return engine.retry_wake(wake_id)
+    return engine.cancel_wake(wake_id)
+
+
+class OperatorMixin:
+    """The ``operate_wake`` permission check shared by the wake page, its bulk actions and the lanes page."""
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may run engine transitions here (the ``operate_wake`` permission)."""
+        return request.user.has_perm("django_wakes.operate_wake")
+
+
 @admin.register(Wake)
-class WakeAdmin(ReadOnlyAdmin):
+class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
     list_display = (
         "id",
-        "kind",
-        "trigger_type",
+        "what",
+        "trigger",
         "state",
-        "serial_key",
-        "workspace_id",
-        "due_at",
-        "fire_at",
+        "lane",
+        "workspace",
+        "when",
         "attempts_of_max",
-        "note",
+        "why",
     )
-    list_filter = (AttentionFilter, "state", "trigger_type", "kind")
-    # Exact matches only: they use the indexes; icontains would scan the whole table.
+    list_display_links = ("id",)
+    list_filter = (AttentionFilter, "state", "trigger_type", "kind", "queue_name")
+    # Prefix matches, case-sensitive: `LIKE 'term%'` can use an index; `icontains` scans the whole table.
     search_fields = (
-        "workspace_id__exact",
-        "session_id__exact",
-        "serial_key__exact",
-        "event_key__exact",
+        "kind__startswith",
+        "workspace_id__startswith",
+        "session_id__startswith",
+        "serial_key__startswith",
+        "event_key__startswith",
         "idempotency_key__exact",
         "chain_id__exact",
     )
-    search_help_text = _("Exact wake id, workspace, session, lane, event key, idempotency key or chain.")
+    search_help_text = _(
+        "A wake id, or the start of a kind, workspace, session, lane or event key (case-sensitive); "
+        "an exact idempotency key or chain id."
+    )
     date_hierarchy = "created_at"
     ordering = ("-id",)
     show_full_result_count = False  # a COUNT(*) over a large table on every page view is not free
     list_per_page = 50
     inlines = (WakeAttemptInline,)
     actions = ("cancel_pending", "retry_dead")
+    change_list_template = "admin/django_wakes/wake/change_list.html"
+    change_form_template = "admin/django_wakes/wake/change_form.html"
     # token_hash, claim_token and coalesce_key are deliberately absent.
     fieldsets = (
-        (None, {"fields": ("id", "kind", "trigger_type", "state", "workspace_id", "session_id", "serial_key")}),
+        (None, {"fields": ("id", "state", "why_now", "trigger", "what_it_does", "in_flight")}),
+        (_("Identity"), {"fields": ("kind", "workspace_id", "session_id", "lane", "queue_name", "priority")}),
         (
             _("Timing"),
-            {"fields": ("created_at", "fire_at", "due_at", "expires_at", "claimed_at", "settled_at", "updated_at")},
+            {"fields": ("created", "fire_at_s", "due_at_s", "expires_at_s", "claimed_at_s", "settled_at_s", "updated")},
         ),
         (
             _("Trigger"),
             {"fields": ("event_key", "watched_keys_list", "event_match", "prompt", "on_expiry", "idempotency_key")},
         ),
-        (_("Payload"), {"fields": ("intent_json", "result_json", "scratch_json", "depth")}),
+        (_("Payload"), {"fields": ("intent_json", "result_json", "output_json", "scratch_json", "depth")}),
         (
             _("Firing"),
             {
                 "fields": (
                     "attempts",
                     "max_attempts",
-                    "claimed_by",
-                    "lease_until",
+                    "claimed_by_link",
+                    "lease_until_s",
                     "lane_lock",
                     "fence",
                     "guarded",
-                    "sink_started_at",
+                    "sink_started_at_s",
                     "last_error_details",
                 )
             },
@@ -198,21 +427,158 @@ class WakeAdmin(ReadOnlyAdmin):
             _("Recurrence"),
             {
                 "classes": ("collapse",),
-                "fields": ("chain_id", "occurrence", "cron", "every", "tz", "catch_up", "start_at", "end_at"),
+                "fields": ("chain_id", "occurrence", "cron", "every", "tz", "catch_up", "start_at_s", "end_at_s"),
             },
         ),
     )
     readonly_fields = tuple(str(field) for _title, options in fieldsets for field in options["fields"])
 
+    created = _time_field("created_at", _("created"))
+    fire_at_s = _time_field("fire_at", _("fire at"))
+    due_at_s = _time_field("due_at", _("due at"))
+    expires_at_s = _time_field("expires_at", _("expires at"))
+    claimed_at_s = _time_field("claimed_at", _("claimed"))
+    settled_at_s = _time_field("settled_at", _("settled"))
+    updated = _time_field("updated_at", _("updated"))
+    lease_until_s = _time_field("lease_until", _("lease until"))
+    sink_started_at_s = _time_field("sink_started_at", _("sink started"))
+    start_at_s = _time_field("start_at", _("chain starts"))
+    end_at_s = _time_field("end_at", _("chain ends"))
+
+    # -- pages ---------------------------------------------------------------------------------------
+
     def get_urls(self) -> list[URLPattern]:
-        """The wake pages plus the operator dashboard (``admin:django_wakes_dashboard``)."""
-        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="django_wakes_dashboard")
-        return [dashboard, *super().get_urls()]
+        """The wake pages plus the dashboard (``admin:django_wakes_dashboard``), lanes and the wake buttons."""
+        wrap = self.admin_site.admin_view
+        dashboard = path("dashboard/", wrap(self.dashboard_view), name="django_wakes_dashboard")
+        lanes = path("lanes/", wrap(self.lanes_view), name="django_wakes_lanes")
+        operate = path(
+            "<path:object_id>/operate/<str:operation>/", wrap(self.operate_view), name="django_wakes_wake_operate"
+        )
+        return [dashboard, lanes, operate, *super().get_urls()]
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         from .dashboard import render_dashboard  # the dashboard's own module: queries, charts, template
 
         return render_dashboard(request, self)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list, rendered while one :class:`Attention` answers "hung?" and "unwakeable?" for all its rows."""
+        context = {**(extra_context or {}), "operator_zone": timezone.get_current_timezone_name()}
+        return _rendered_with_attention(lambda: super(WakeAdmin, self).changelist_view(request, context))
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The wake page, with the operator's buttons for what applies to the wake now."""
+        buttons: list[tuple[str, StrOrPromise]] = []
+        wake = self.get_object(request, object_id)
+        if wake is not None and self.has_operate_permission(request):
+            buttons = [
+                (reverse("admin:django_wakes_wake_operate", args=[quote(wake.pk), name]), op.label)
+                for name, op in OPERATIONS.items()
+                if op.applies(wake)
+            ]
+        context = {**(extra_context or {}), "operations": buttons}
+        return _rendered_with_attention(
+            lambda: super(WakeAdmin, self).change_view(request, object_id, form_url, context)
+        )
+
+    def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
+        """GET: confirm one operation on one wake. POST: run it through the engine, say what happened."""
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        op = OPERATIONS.get(operation)
+        wake = self.get_object(request, object_id)
+        if op is None or wake is None:
+            raise Http404(_("No such wake or operation."))
+        change_url = reverse("admin:django_wakes_wake_change", args=[quote(wake.pk)])
+        form = MomentForm(request.POST or None, label=op.asks_for_time) if op.asks_for_time else None
+        if request.method == "POST" and (form is None or form.is_valid()):
+            at = form.cleaned_data["at"] if form is not None else None
+            try:
+                message = _run_operation(operation, wake.pk, at)
+            except WakeError as exc:
+                self.message_user(request, _("Not done: %(why)s.") % {"why": exc}, messages.ERROR)
+            else:
+                self.log_change(request, wake, f"{op.label}: {message}")
+                self.message_user(request, message, messages.SUCCESS)
+            return HttpResponseRedirect(change_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("%(operation)s wake %(id)s?") % {"operation": op.label, "id": wake.pk},
+            "opts": self.opts,
+            "original": wake,
+            "operation": op,
+            "form": form,
+            "change_url": change_url,
+            "summary": [
+                (_("kind"), wake.kind),
+                (_("state"), wake.get_state_display()),
+                (_("trigger"), describe_trigger(wake)),
+                (_("due at"), moment(wake.due_at, zone=True)),
+                (_("expires at"), moment(wake.expires_at, zone=True)),
+                (_("lane"), wake.serial_key or "-"),
+            ],
+        }
+        return TemplateResponse(request, "admin/django_wakes/wake/operate_confirm.html", context)
+
+    def lanes_view(self, request: HttpRequest) -> HttpResponse:
+        """Busy and waiting lanes, one lane's queue (``?lane=<key>``), and pause/resume (POST, operators only)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        operator = self.has_operate_permission(request)
+        if request.method == "POST":
+            if not operator:
+                raise PermissionDenied
+            return self._pause_or_resume(request)
+        lane = request.GET.get("lane")
+        queue: LaneQueue | None = None
+        if lane:
+            queue = lane_queue(lane)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Lanes") if queue is None else _("Lane %(lane)s") % {"lane": lane},
+            "opts": self.opts,
+            "operator": operator,
+            "lane": queue,
+            "busy": busy_lanes() if queue is None else [],
+            "waiting": waiting_lanes() if queue is None else [],
+            "paused": list(PausedLane.objects.order_by("-paused_at")[:100]) if queue is None else [],
+            "pause_form": PauseLaneForm(initial={"lane": lane}) if queue is not None and not queue.paused else None,
+            "moment": moment,
+        }
+        return TemplateResponse(request, "admin/django_wakes/wake/lanes.html", context)
+
+    def _pause_or_resume(self, request: HttpRequest) -> HttpResponse:
+        form = PauseLaneForm(request.POST)
+        back = reverse("admin:django_wakes_lanes")
+        if not form.is_valid():
+            self.message_user(request, _("Not done: %(why)s") % {"why": form.errors.as_text()}, messages.ERROR)
+            return HttpResponseRedirect(back)
+        lane = form.cleaned_data["lane"]
+        back += "?" + form.lane_query()
+        user = request.user.get_username()
+        try:
+            if request.POST.get("do") == "resume":
+                done = engine.resume_lane(lane)
+                text = (
+                    _("Lane %(lane)s resumed: its next wake is claimable now.")
+                    if done
+                    else _("Lane %(lane)s was not paused.")
+                )
+            else:
+                done = engine.pause_lane(lane, by=user, reason=form.cleaned_data["reason"])
+                text = (
+                    _("Lane %(lane)s paused: no further wake of it is claimed until resumed.")
+                    if done
+                    else _("Lane %(lane)s was already paused.")
+                )
+        except WakeError as exc:
+            self.message_user(request, _("Not done: %(why)s.") % {"why": exc}, messages.ERROR)
+            return HttpResponseRedirect(back)
+        self.message_user(request, text % {"lane": lane}, messages.SUCCESS if done else messages.WARNING)
+        return HttpResponseRedirect(back)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Wake], search_term: str
@@ -223,24 +589,102 @@ class WakeAdmin(ReadOnlyAdmin):
             results |= queryset.filter(pk=int(term))
         return results, may_have_duplicates
 
+    # -- columns -------------------------------------------------------------------------------------
+
+    @admin.display(description=_("what"), ordering="kind")
+    def what(self, wake: Wake) -> str:
+        """The kind, and for a task its call and output; the queue and priority when not the defaults."""
+        extras = []
+        if wake.queue_name != "default":
+            extras.append(format_html('<span class="wake-badge">{}</span>', wake.queue_name))
+        if wake.priority:
+            extras.append(format_html('<span class="wake-badge">p{}</span>', wake.priority))
+        call = task_call(wake)
+        lines = [format_html("{} {}", _cut(wake.kind, 40), format_html_join(" ", "{}", ((e,) for e in extras)))]
+        if call is not None:
+            lines.append(format_html('<br><code title="{}">{}</code>', call, Truncator(call).chars(60)))
+            if wake.output is not None:
+                output = json.dumps(wake.output, ensure_ascii=False)
+                lines.append(format_html('<br>→ <code title="{}">{}</code>', output, Truncator(output).chars(50)))
+        return format_html_join("", "{}", ((line,) for line in lines))
+
+    @admin.display(description=_("trigger"))
+    def trigger(self, wake: Wake) -> str:
+        return describe_trigger(wake)
+
+    @admin.display(description=_("lane"), ordering="serial_key")
+    def lane(self, wake: Wake) -> str:
+        if not wake.serial_key:
+            return "-"
+        url = reverse("admin:django_wakes_lanes") + "?" + PauseLaneForm.query_for(wake.serial_key)
+        return format_html('<a href="{}">{}</a>', url, _cut(wake.serial_key))
+
+    @admin.display(description=_("workspace"), ordering="workspace_id")
+    def workspace(self, wake: Wake) -> str:
+        return _cut(wake.workspace_id)
+
+    @admin.display(description=_("when"))
+    def when(self, wake: Wake) -> str:
+        """The moment that matters in this state: due (pending), claimed (firing), settled (ended)."""
+        if wake.state == State.PENDING:
+            return format_html("{} {}", _("due"), moment(wake.due_at))
+        if wake.state == State.FIRING:
+            return format_html("{} {}", _("claimed"), moment(wake.claimed_at))
+        return format_html("{} {}", _("settled"), moment(wake.settled_at or wake.updated_at))
+
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_of_max(self, wake: Wake) -> str:
         return f"{wake.attempts}/{wake.max_attempts}"
 
-    @admin.display(description=_("note"))
-    def note(self, wake: Wake) -> str:
-        """The last error if there is one, else how late the wake is (or was) running."""
-        if wake.last_error:
-            line = _last_line(wake.last_error)
-            return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))
+    @admin.display(description=_("why"))
+    def why(self, wake: Wake) -> str:
+        return why(wake, _current_attention())
+
+    # -- the wake page -------------------------------------------------------------------------------
+
+    @admin.display(description=_("why"))
+    def why_now(self, wake: Wake) -> str:
+        return why(wake, _current_attention()) or "-"
+
+    @admin.display(description=_("what it does"))
+    def what_it_does(self, wake: Wake) -> str:
+        call = task_call(wake)
+        if call is None:
+            return format_html("{}", wake.kind)
+        return format_html("<code>{}</code>", call)
+
+    @admin.display(description=_("in flight"))
+    def in_flight(self, wake: Wake) -> str:
+        """The attempt under way (firing) or cut off (lease lapsed): not in the history until it settles."""
+        if wake.state != State.FIRING:
+            return "-"
         now = clock.now()
-        if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
-            return _("due for %(span)s") % {"span": timesince(wake.due_at, now)}
-        if wake.state in (State.FIRED, State.FIRING, State.EXPIRED) and wake.claimed_at and wake.due_at:
-            late = wake.claimed_at - wake.due_at
-            if late > timedelta(0):
-                return _("started late by %(span)s") % {"span": _seconds(late)}
-        return ""
+        lease = (
+            format_html('<strong class="wake-lapsed">{} {}</strong>', _("lapsed"), moment(wake.lease_until))
+            if wake.lease_until is not None and wake.lease_until <= now
+            else format_html("{} {}", _("held until"), moment(wake.lease_until))
+        )
+        started = (
+            format_html("{} {}", _("sink started"), moment(wake.sink_started_at))
+            if wake.sink_started_at
+            else _("sink start not recorded")
+        )
+        return format_html(
+            "{} {} · {} {} {} {} · {} · {} {}",
+            _("attempt"),
+            wake.attempts,
+            _("claimed by"),
+            _runner_link(wake.claimed_by),
+            _("at"),
+            moment(wake.claimed_at),
+            started,
+            _("lease"),
+            lease,
+        )
+
+    @admin.display(description=_("claimed by"))
+    def claimed_by_link(self, wake: Wake) -> str:
+        return _runner_link(wake.claimed_by)
 
     @admin.display(description=_("any of these keys too"))
     def watched_keys_list(self, wake: Wake) -> str:
@@ -255,6 +699,10 @@ class WakeAdmin(ReadOnlyAdmin):
     def result_json(self, wake: Wake) -> str:
         return _pretty_json(wake.result)
 
+    @admin.display(description=_("output"))
+    def output_json(self, wake: Wake) -> str:
+        return _pretty_json(wake.output)
+
     @admin.display(description=_("scratch"))
     def scratch_json(self, wake: Wake) -> str:
         return _pretty_json(wake.scratch)
@@ -262,6 +710,8 @@ class WakeAdmin(ReadOnlyAdmin):
     @admin.display(description=_("last error"))
     def last_error_details(self, wake: Wake) -> str:
         return _error_details(wake.last_error)
+
+    # -- bulk actions --------------------------------------------------------------------------------
 
     @admin.action(description=_("Cancel selected pending wakes"), permissions=["operate"])
     def cancel_pending(self, request: HttpRequest, queryset: QuerySet[Wake]) -> None:
@@ -309,11 +759,6 @@ class WakeAdmin(ReadOnlyAdmin):
                 % {"count": skipped},
                 messages.WARNING,
             )
-
-    def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Whether the user may run engine transitions here (the ``operate_wake`` permission)."""
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.operate_wake")
 
     def _apply(
         self, request: HttpRequest, queryset: QuerySet[Wake], state: str, transition: Callable[[int], bool], note: str
@@ -398,12 +843,36 @@ class LivenessFilter(admin.SimpleListFilter):
 
 @admin.register(Runner)
 class RunnerAdmin(ReadOnlyAdmin):
-    list_display = ("id", "host", "pid", "started_at", "heartbeat_at", "liveness")
+    list_display = ("id", "host", "pid", "started", "last_heartbeat", "liveness")
     list_filter = (LivenessFilter,)
     search_fields = ("id", "host")
     ordering = ("-heartbeat_at",)
-    fields = ("id", "host", "pid", "started_at", "heartbeat_at", "liveness")
+    fields = ("id", "host", "pid", "started", "last_heartbeat", "liveness", "kinds_list", "in_hand")
     readonly_fields = fields
+
+    @admin.display(description=_("started"), ordering="started_at")
+    def started(self, runner: Runner) -> str:
+        return moment(runner.started_at, zone=True)
+
+    @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
+    def last_heartbeat(self, runner: Runner) -> str:
+        return moment(runner.heartbeat_at, zone=True)
+
+    @admin.display(description=_("kinds it fires"))
+    def kinds_list(self, runner: Runner) -> str:
+        if runner.kinds is None:
+            return str(_("not recorded"))
+        return ", ".join(runner.kinds) or "-"
+
+    @admin.display(description=_("wakes in hand"))
+    def in_hand(self, runner: Runner) -> str:
+        """The wakes this runner holds now (bounded: a runner holds at most its batch)."""
+        ids = list(
+            Wake.objects.filter(state=State.FIRING, claimed_by=runner.pk)
+            .order_by("id")
+            .values_list("pk", flat=True)[:50]
+        )
+        return format_html_join(", ", "{}", ((_wake_link(pk),) for pk in ids)) if ids else "-"
 
     @admin.display(description=_("liveness"))
     def liveness(self, runner: Runner) -> str:

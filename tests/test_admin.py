@@ -130,20 +130,27 @@ def test_lateness_is_shown_when_there_is_no_error(admin_client: Any) -> None:
         make_wake(due_at=START - timedelta(minutes=10))
         make_wake(State.FIRED, due_at=START - timedelta(seconds=3), claimed_at=START)
         html = changelist(admin_client).content.decode()
-    assert "due for 10\xa0minutes" in html
+    assert "due for 10m00s" in html
     assert "started late by 3.0s" in html
 
 
-def test_search_matches_exact_keys_and_ids(admin_client: Any) -> None:
-    alpha = make_wake(workspace_id="ws-alpha", session_id="sess-1", serial_key="lane-a")
-    beta = make_wake(workspace_id="ws-beta", event_key="order.paid", idempotency_key="idem-7")
+def test_search_matches_prefixes_of_keys_and_kinds_and_exact_ids(admin_client: Any, sinks: Any) -> None:
+    sinks("billing.charge")
+    alpha = make_wake(workspace_id="ws-alpha", session_id="sess-1", serial_key="acct/7:lane")
+    beta = make_wake(
+        workspace_id="ws-beta", event_key="order.paid", idempotency_key="idem-7", kind="billing.charge", chain_id="c9"
+    )
     assert shown_ids(changelist(admin_client, q="ws-alpha")) == {alpha.pk}
-    assert shown_ids(changelist(admin_client, q="sess-1")) == {alpha.pk}
-    assert shown_ids(changelist(admin_client, q="lane-a")) == {alpha.pk}
-    assert shown_ids(changelist(admin_client, q="order.paid")) == {beta.pk}
+    assert shown_ids(changelist(admin_client, q="ws-")) == {alpha.pk, beta.pk}  # a prefix
+    assert shown_ids(changelist(admin_client, q="sess")) == {alpha.pk}
+    assert shown_ids(changelist(admin_client, q="acct/7")) == {alpha.pk}
+    assert shown_ids(changelist(admin_client, q="order.")) == {beta.pk}
+    assert shown_ids(changelist(admin_client, q="billing")) == {beta.pk}  # kind, by prefix
     assert shown_ids(changelist(admin_client, q="idem-7")) == {beta.pk}
+    assert shown_ids(changelist(admin_client, q="idem")) == set()  # idempotency keys: exact only
+    assert shown_ids(changelist(admin_client, q="c9")) == {beta.pk}
     assert shown_ids(changelist(admin_client, q=str(beta.pk))) == {beta.pk}
-    assert shown_ids(changelist(admin_client, q="ws-")) == set()  # exact, so indexes serve it
+    assert shown_ids(changelist(admin_client, q="alpha")) == set()  # a prefix, never a substring
     assert shown_ids(changelist(admin_client, q="99999999999999999999")) == set()  # beyond a bigint
 
 

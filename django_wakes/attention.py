@@ -1,0 +1,137 @@
+"""What needs an operator's attention beyond the state column: hung and unwakeable wakes (read-only, bounded).
+
+* **Hung**: a firing wake whose current claim has been running longer than the lease
+  (``WAKES["LEASE"]``; a live runner renews its lease, so the lease alone never says a sink hangs), or
+  far longer than its kind usually takes: more than :data:`HUNG_FACTOR` times the median duration of
+  the kind's recent fired attempts, and at least :data:`HUNG_FLOOR`.
+* **Unwakeable**: a due pending wake (or a lapsed firing one) whose kind no live runner fires. Each
+  ``runwakes`` records the kinds it has sinks for (``Runner.kinds``) when it registers; the union over
+  live runners is what can fire. The process asking (the admin's web server) may register different
+  sinks than the runners, so its own registry is consulted only when no live runner recorded its kinds
+  (no runner up, or runners that predate ``Runner.kinds``).
+
+Every query is bounded: firing wakes (few: at most the runners' batches) through ``wake_lease_idx``, the
+last :data:`HISTORY` fired attempts by primary key, live runner rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from statistics import median
+
+from . import clock
+from .conf import wakes_settings
+from .models import Outcome, Runner, State, Wake, WakeAttempt
+from .querysets import WakeQuerySet
+from .sinks import registry
+
+#: A firing wake running this many times longer than its kind's median duration is hung...
+HUNG_FACTOR = 10
+#: ...provided it has been running at least this long (a 20 ms sink taking 300 ms is not hung).
+HUNG_FLOOR = timedelta(seconds=5)
+#: How many of the most recent fired attempts the typical durations are read from.
+HISTORY = 2000
+#: A kind needs this many fired attempts in that history to have a typical duration.
+MIN_SAMPLES = 5
+#: At most this many firing wakes are examined (more firing at once than this is itself the news).
+FIRING_LIMIT = 1000
+
+
+def seconds(delta: timedelta) -> str:
+    """A short duration for people: ``0.2s``, ``75s``, ``3m05s``, ``2h10m``."""
+    total = delta.total_seconds()
+    if total < 60:
+        return f"{total:.1f}s" if total < 10 else f"{total:.0f}s"
+    minutes, secs = divmod(int(total), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Attention:
+    """One look at the wakes, at one moment: the answers are computed once and reused for every row shown."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or clock.now()
+        self._kinds: frozenset[str] | None = None
+        self._kinds_source = ""
+        self._typical: dict[str, timedelta] | None = None
+
+    # -- unwakeable ---------------------------------------------------------------------------------
+
+    @property
+    def fireable_kinds(self) -> frozenset[str]:
+        """The kinds some live runner fires (or, if no live runner recorded any, this process's registry)."""
+        if self._kinds is None:
+            recorded = [kinds for kinds in Runner.objects.live(self.now).values_list("kinds", flat=True) if kinds]
+            if recorded:
+                self._kinds = frozenset(kind for kinds in recorded for kind in kinds)
+                self._kinds_source = "live runners"
+            else:
+                self._kinds = frozenset(registry.kinds())
+                self._kinds_source = "this process's registry (no live runner recorded its kinds)"
+        return self._kinds
+
+    @property
+    def kinds_source(self) -> str:
+        """Where :attr:`fireable_kinds` came from, to tell the operator."""
+        self.fireable_kinds  # noqa: B018  # computes it
+        return self._kinds_source
+
+    def unwakeable(self, wakes: WakeQuerySet) -> WakeQuerySet:
+        """Due pending wakes, and lapsed firing ones, of a kind no live runner fires."""
+        return wakes.unwakeable(self.now, self.fireable_kinds)
+
+    def is_unwakeable(self, wake: Wake) -> bool:
+        waiting = (wake.state == State.PENDING and wake.due_at is not None and wake.due_at <= self.now) or (
+            wake.state == State.FIRING and wake.lease_until is not None and wake.lease_until <= self.now
+        )
+        return waiting and wake.kind not in self.fireable_kinds
+
+    # -- hung ---------------------------------------------------------------------------------------
+
+    @property
+    def typical(self) -> dict[str, timedelta]:
+        """The median duration of each kind's fired attempts among the last :data:`HISTORY`."""
+        if self._typical is None:
+            rows = (
+                WakeAttempt.objects.filter(outcome=Outcome.FIRED, finished_at__isnull=False)
+                .order_by("-id")
+                .values_list("wake__kind", "started_at", "finished_at")[:HISTORY]
+            )
+            samples: dict[str, list[float]] = {}
+            for kind, started, finished in rows:
+                if finished is not None:
+                    samples.setdefault(kind, []).append((finished - started).total_seconds())
+            self._typical = {
+                kind: timedelta(seconds=median(values))
+                for kind, values in samples.items()
+                if len(values) >= MIN_SAMPLES
+            }
+        return self._typical
+
+    def running_for(self, wake: Wake) -> timedelta | None:
+        """How long the current claim of a firing wake has been running (from its sink's start when recorded)."""
+        if wake.state != State.FIRING:
+            return None
+        since = wake.sink_started_at or wake.claimed_at
+        return None if since is None else self.now - since
+
+    def hung_reason(self, wake: Wake) -> str:
+        """Why this firing wake counts as hung, or ``""``."""
+        running = self.running_for(wake)
+        if running is None:
+            return ""
+        lease = wakes_settings.lease
+        if running > lease:
+            return f"firing for {seconds(running)}, longer than its lease ({seconds(lease)})"
+        usual = self.typical.get(wake.kind)
+        if usual is not None and running > max(usual * HUNG_FACTOR, HUNG_FLOOR):
+            return f"firing for {seconds(running)}; {wake.kind} usually takes {seconds(usual)}"
+        return ""
+
+    def hung(self, wakes: WakeQuerySet) -> WakeQuerySet:
+        """The firing wakes :meth:`hung_reason` has a reason for."""
+        firing = Wake.objects.filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
+        return wakes.filter(pk__in=[wake.pk for wake in firing if self.hung_reason(wake)])
