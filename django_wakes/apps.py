@@ -13,10 +13,14 @@ class WakesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, push  # noqa: F401  (checks registers the system checks)
+        from . import checks, push, tasks  # noqa: F401  (checks registers the system checks)
         from .sinks import registry
 
         push.connect()
 
         registry.load_settings()
+        if tasks.framework_available():  # Django 6, or the django-tasks backport: tasks are wakes of this kind
+            from .tasks.sink import register as register_task_sink
+
+            register_task_sink()
         autodiscover_modules("wakes")

@@ -27,6 +27,9 @@ Defaults (every key optional)::
                                   # signed event webhook events/<source>/ (docs/events.md); none by default
         "API_AUTH": None,         # dotted path of fn(request) -> actor | None for the JSON approval API
                                   # (None: the session user, CSRF-protected)
+        "METRICS_TOKENS": [],     # bearer tokens a Prometheus scraper may send to metrics/ (staff who may
+                                  # view wakes can always read it); several for rotation (docs/operations.md)
+        "PERIODIC": [],           # periodic tasks: [{"task": "dotted.path", "cron": ..., ...}] (docs/tasks.md)
     }
 """
 
@@ -62,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "BUSY_RETRY": "2s",
     "WEBHOOKS": {},
     "API_AUTH": None,
+    "METRICS_TOKENS": [],
+    "PERIODIC": [],
 }
 
 
@@ -183,6 +188,11 @@ class WakesSettings:
     @property
     def api_auth(self) -> Callable[..., Any] | None:
         return _hook(self.get("API_AUTH"))
+
+    @property
+    def metrics_tokens(self) -> list[str]:
+        """The bearer tokens the metrics endpoint accepts (``django_wakes.metrics``); none by default."""
+        return list(self.get("METRICS_TOKENS") or [])
 
     def backoff(self, attempts: int) -> timedelta:
         """Return the delay before retry number ``attempts`` (1-based), capped at ``BACKOFF.MAX``."""

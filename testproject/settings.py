@@ -6,7 +6,9 @@ The database comes from ``DATABASE_URL`` (``sqlite:///path``, ``postgres://user@
 
 from __future__ import annotations
 
+import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -104,6 +106,17 @@ WAKES = {
     "AUTHORIZE": "testproject.wakes.authorize",
     "LEASE": os.environ.get("WAKES_LEASE", "5m"),
 }
+
+# Django's Tasks framework runs on django-wakes (testproject/tasks.py): django.tasks on Django 6, the
+# django-tasks backport (an app) on Django 5.2. WAKES_TEST_PERIODIC (JSON) declares periodic tasks for
+# the runner processes of tests/test_tasks_processes.py.
+TASKS = {
+    "default": {"BACKEND": "django_wakes.tasks.WakesBackend", "QUEUES": ["default", "emails", "reports"]},
+}
+if find_spec("django.tasks") is None and find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
+if os.environ.get("WAKES_TEST_PERIODIC"):
+    WAKES["PERIODIC"] = json.loads(os.environ["WAKES_TEST_PERIODIC"])
 
 # WAKES_PUSH_DATABASE_URL: "default" goes through a transaction pooler (PgBouncer), which LISTEN cannot
 # use, so the runner LISTENs on this direct connection instead; Django needs server-side cursors off

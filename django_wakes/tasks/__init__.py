@@ -1,0 +1,64 @@
+"""django-wakes as a backend of Django's Tasks framework (``django.tasks``, or the ``django-tasks`` backport).
+
+::
+
+    TASKS = {"default": {"BACKEND": "django_wakes.tasks.WakesBackend"}}
+
+Names are imported lazily (PEP 562), so importing this package needs no Tasks framework until one
+of them is used; :func:`framework_available` says whether one is installed.
+
+* :class:`WakesBackend` — the backend (``backend.py``); :class:`WakesTask` — its task class, with
+  ``max_attempts``, ``backoff`` and ``serial_key`` options;
+* :func:`periodic` — declare a periodic task; :func:`sync_periodic` — reconcile the declarations
+  with the database (``periodic.py``);
+* ``results.py`` — a task's wake read as a ``TaskResult``; ``sink.py`` — the sink that runs tasks.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import WakesBackend, WakesTask
+    from .periodic import PeriodicTask, SyncReport, periodic, sync_periodic
+    from .results import TASK_KIND
+
+__all__ = [
+    "TASK_KIND",
+    "PeriodicTask",
+    "SyncReport",
+    "WakesBackend",
+    "WakesTask",
+    "framework_available",
+    "periodic",
+    "sync_periodic",
+]
+
+_LAZY = {
+    "WakesBackend": "backend",
+    "WakesTask": "backend",
+    "PeriodicTask": "periodic",
+    "SyncReport": "periodic",
+    "periodic": "periodic",
+    "sync_periodic": "periodic",
+    "TASK_KIND": "results",
+}
+
+
+def framework_available() -> bool:
+    """Whether ``django.tasks`` (Django 6+) or the ``django_tasks`` backport can be imported."""
+    try:
+        if find_spec("django.tasks") is not None:
+            return True
+    except ModuleNotFoundError:  # pragma: no cover
+        pass
+    return find_spec("django_tasks") is not None
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,184 @@
+"""``WakesBackend``: the Tasks framework's backend whose tasks are wakes, run by ``runwakes``.
+
+``Task.enqueue()`` writes one wake (kind ``django_wakes.task``) in the caller's transaction, so a
+task enqueued in a transaction that rolls back never runs, and runners see it only after commit.
+Everything else a wake has comes with it: leases that re-run a killed runner's task, retries with
+backoff and a dead letter, lanes, priorities, queues, push wake-ups.
+
+Per-task options go on the decorator (``@task(max_attempts=3, backoff="30s", serial_key="user:{user_id}")``)
+or on one call (``.using(serial_key="user:7")``); :class:`WakesTask` carries them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .. import clock, engine
+from ..exceptions import InvalidWake
+from ..models import Wake
+from ..validation import json_value, key
+from . import options, results
+from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, normalize_json, task_enqueued
+from .exceptions import InvalidTaskArguments, InvalidTaskOptions
+
+#: The workspace task wakes are written to unless ``OPTIONS["WORKSPACE"]`` names another.
+DEFAULT_WORKSPACE = "tasks"
+#: Attempts a task gets unless it or ``OPTIONS["MAX_ATTEMPTS"]`` says otherwise: one, as Django's
+#: contract has it (a task that raises is FAILED). A runner killed mid-task does not use one up the
+#: first time (it cannot tell whether the task started), so that task runs again.
+DEFAULT_MAX_ATTEMPTS = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class WakesTask(Task):  # type: ignore[type-arg]
+    """A ``Task`` with django-wakes' options: ``@task(max_attempts=..., backoff=..., serial_key=...)``.
+
+    ``max_attempts``: how often it is started before it is FAILED (default ``OPTIONS["MAX_ATTEMPTS"]``).
+    ``backoff``: the wait before the next attempt: a duration (``"30s"``) or ``{"BASE", "FACTOR",
+    "MAX"}`` (default: ``WAKES["BACKOFF"]``). ``serial_key``: a lane (tasks of one lane run one at a
+    time, in order), or a template filled from the call's arguments (``"account:{account_id}"``).
+    """
+
+    max_attempts: int | None = None
+    backoff: Any = None
+    serial_key: str | None = None
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        max_attempts: int | None = None,
+        backoff: Any = None,
+        serial_key: str | None = None,
+    ) -> WakesTask:
+        """Return a copy with other defaults, django-wakes' options included (``.using(serial_key="user:7")``)."""
+        changes: dict[str, Any] = {}
+        for name, value in (
+            ("priority", priority),
+            ("queue_name", queue_name),
+            ("run_after", run_after),
+            ("backend", backend),
+            ("max_attempts", max_attempts),
+            ("backoff", backoff),
+            ("serial_key", serial_key),
+        ):
+            if value is not None:
+                changes[name] = value
+        return replace(self, **changes)
+
+
+class WakesBackend(BaseTaskBackend):
+    """Store tasks as wakes for ``runwakes`` to run: ``"BACKEND": "django_wakes.tasks.WakesBackend"`` in ``TASKS``.
+
+    ``OPTIONS``: ``WORKSPACE`` (the workspace its wakes are written to, default ``"tasks"``) and
+    ``MAX_ATTEMPTS`` (default 1; a task may ask for more).
+    """
+
+    task_class = WakesTask
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = set(self.options) - {"WORKSPACE", "MAX_ATTEMPTS"}
+        if unknown:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {sorted(unknown)}")
+        try:
+            self.workspace = key(self.options.get("WORKSPACE", DEFAULT_WORKSPACE), name="WORKSPACE")
+            self.max_attempts = (
+                options.max_attempts(self.options.get("MAX_ATTEMPTS"), name="MAX_ATTEMPTS") or DEFAULT_MAX_ATTEMPTS
+            )
+            for queue in self.queues:
+                key(queue, name="QUEUES", max_length=Wake._meta.get_field("queue_name").max_length or 100)
+        except InvalidWake as exc:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]: {exc}") from exc
+
+    def validate_task(self, task: Task) -> None:  # type: ignore[type-arg]
+        """The framework's checks, then django-wakes' options (each refused with :class:`InvalidTaskOptions`)."""
+        super().validate_task(task)
+        options.max_attempts(getattr(task, "max_attempts", None))
+        options.backoff(getattr(task, "backoff", None))
+        options.lane_template(getattr(task, "serial_key", None))
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+        """Write the task's wake in the caller's transaction and return its ``TaskResult`` (READY)."""
+        self.validate_task(task)
+        call_args, call_kwargs = self._arguments(args, kwargs)
+        intent: dict[str, Any] = {
+            "task": task.module_path,
+            "args": call_args,
+            "kwargs": call_kwargs,
+            "backend": self.alias,
+        }
+        backoff = options.backoff(getattr(task, "backoff", None))
+        if backoff is not None:
+            intent["backoff"] = backoff
+        if task.run_after is not None:
+            intent["deferred"] = True
+        wake = engine.schedule(
+            workspace_id=self.workspace,
+            kind=results.TASK_KIND,
+            at=task.run_after if task.run_after is not None else clock.now(),
+            intent=intent,
+            priority=task.priority,
+            queue_name=task.queue_name,
+            serial_key=options.fill_lane(
+                getattr(task, "serial_key", None),
+                call_args,
+                call_kwargs,
+                func=task.func,
+                takes_context=task.takes_context,
+            ),
+            max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+        )
+        result = results.task_result(wake, task=task, attempts=[])
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _arguments(self, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The call's arguments as the JSON the task will get back, or :class:`InvalidTaskArguments`."""
+        try:
+            normal = normalize_json({"args": list(args), "kwargs": dict(kwargs)})
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskArguments(f"task arguments must be JSON: {exc}") from exc
+        try:
+            checked = json_value(normal, name="arguments")
+        except InvalidWake as exc:
+            raise InvalidTaskArguments(str(exc)) from exc
+        return checked["args"], checked["kwargs"]
+
+    def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
+        """Read the task's wake now (from any process); ``TaskResultDoesNotExist`` if there is none."""
+        wake_id = _wake_id(result_id)
+        wake = (
+            Wake.objects.using(engine.db_alias()).filter(pk=wake_id, kind=results.TASK_KIND).first()
+            if wake_id is not None
+            else None
+        )
+        if wake is None:
+            raise TaskResultDoesNotExist(result_id)
+        return results.task_result(wake)
+
+
+def _wake_id(result_id: Any) -> int | None:
+    """A result id is the wake's id as text; anything else names no result."""
+    if not isinstance(result_id, str | int) or isinstance(result_id, bool):
+        return None
+    text = str(result_id)
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    value = int(text)
+    return value if 0 < value < 2**63 else None
+
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WORKSPACE", "InvalidTaskOptions", "WakesBackend", "WakesTask"]

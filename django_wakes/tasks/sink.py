@@ -1,0 +1,72 @@
+"""The sink behind kind ``django_wakes.task``: run the task a wake names, hand its return value back.
+
+A task that returns settles its wake as fired with the (JSON) return value as ``output``. A task
+that raises is a failed attempt: retried after the task's ``backoff`` (or ``WAKES["BACKOFF"]``)
+while attempts remain, then FAILED (the wake is dead) with the exception's class path and traceback
+on the attempt. The framework's ``task_started`` and ``task_finished`` signals are sent as Django's
+own backends send them; ``task_finished`` only when the task is finished (succeeded, or failed for good).
+
+An ``async def`` task is awaited to its end on an event loop of its own in the runner's fire thread.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from .. import clock
+from ..exceptions import InvalidWake
+from ..models import Wake
+from ..sinks import Done, Retry, registry
+from ..validation import json_value
+from . import options, results
+from .compat import TaskContext, TaskError, TaskResultStatus, normalize_json, task_finished, task_started
+
+
+def run_task(wake: Wake, result: dict[str, Any]) -> Done | Retry:
+    """Run the task of ``wake``; return its outcome for the engine to settle under the claim's fence."""
+    task = results.load_task(wake)
+    sender = type(task.get_backend())
+    task_result = results.task_result(wake, task=task)
+    task_started.send(sender=sender, task_result=task_result)
+    try:
+        if task.takes_context:
+            returned = task.call(TaskContext(task_result=task_result), *task_result.args, **task_result.kwargs)
+        else:
+            returned = task.call(*task_result.args, **task_result.kwargs)
+        value = _storable(normalize_json(returned))
+    except Exception as exc:
+        if wake.attempts >= wake.max_attempts:
+            results.set_status(task_result, TaskResultStatus.FAILED, finished_at=clock.now())
+            task_result.errors.append(
+                TaskError(
+                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback=_traceback(exc),
+                )
+            )
+            task_finished.send(sender=sender, task_result=task_result)
+            raise
+        spec = (wake.intent or {}).get("backoff")
+        if spec is not None:
+            return Retry(at=clock.now() + options.backoff_delay(spec, wake.attempts), error=exc)
+        raise
+    results.set_status(task_result, TaskResultStatus.SUCCESSFUL, finished_at=clock.now(), _return_value=value)
+    task_finished.send(sender=sender, task_result=task_result)
+    return Done(output=value)
+
+
+def _storable(value: Any) -> Any:
+    """The return value as it will be stored, or a ``TypeError`` (the attempt fails, as in Django's backends)."""
+    try:
+        return json_value(value, name="the task's return value")
+    except InvalidWake as exc:
+        raise TypeError(str(exc)) from exc
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+def register() -> None:
+    """Register the task sink (``AppConfig.ready`` calls this when a Tasks framework is importable)."""
+    registry.register(results.TASK_KIND, run_task, replace=True)
