@@ -11,6 +11,7 @@
 | E007 | PUSH_DATABASE names no alias in DATABASES |
 | E009 | BUDGETS is not a dict of known limits, each None, a whole number or a duration |
 | E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings, MAX_BYTES: positive int, MAP: importable} |
+| E010 | METRICS_TOKENS is not a list of strings of at least 32 characters, each without whitespace |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -59,6 +60,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         *_push_database(),
         *_budgets(),
         *_webhooks(),
+        *_metrics_tokens(),
         *_missing_hooks(),
     ]
 
@@ -225,6 +227,29 @@ def _webhooks() -> Iterator[CheckMessage]:
         mapper = config.get("MAP")
         if mapper is not None and not _importable(mapper):
             yield _webhook_error(f"{name}['MAP'] cannot be imported as a callable: {mapper!r:.100}")
+
+
+def _metrics_tokens() -> Iterator[CheckMessage]:
+    """Validate METRICS_TOKENS; a message names the token's position, never its value."""
+    from .metrics import TOKEN_MIN_LENGTH
+
+    value = wakes_settings.get("METRICS_TOKENS")
+    hint = "Give a list of random strings (secrets.token_urlsafe(32)), kept out of the code: an environment variable."
+    if not isinstance(value, list | tuple):
+        yield Error(
+            f"WAKES['METRICS_TOKENS'] must be a list of bearer tokens, got {type(value).__name__}",
+            hint=hint,
+            id="django_wakes.E010",
+        )
+        return
+    for index, token in enumerate(value):
+        if not isinstance(token, str) or len(token) < TOKEN_MIN_LENGTH or any(c.isspace() for c in token):
+            yield Error(
+                f"WAKES['METRICS_TOKENS'][{index}] must be a string of at least {TOKEN_MIN_LENGTH} characters "
+                "without whitespace",
+                hint=hint,
+                id="django_wakes.E010",
+            )
 
 
 def _approval_pages_routed() -> bool:

@@ -6,7 +6,7 @@ So nothing here counts the whole table. Each query is one of:
 * a scan of the **live** rows (``state IN (pending, firing)``, through ``wake_claim_due_idx`` and
   ``wake_lease_idx``): its cost follows the backlog, not the history;
 * a **time-windowed** range scan of an index on a time column: recent attempts through
-  ``wakeattempt_started_idx`` (``started_at, outcome``), recently settled wakes through ``wake_gc_idx``
+  ``wakeattempt_finished_idx`` (``finished_at, outcome``), recently settled wakes through ``wake_gc_idx``
   (``state, updated_at``): its cost follows the traffic of the window (an hour, a day), not the history;
 * a ``LIMIT``-ed read (the runners and the wakes they hold).
 
@@ -15,6 +15,10 @@ after) minus its wake's ``due_at``. ``due_at`` is not stored per attempt: a fail
 the retry's time. So lateness is measured on the attempts that **settled** their wake (fired, expired,
 stopped), whose ``due_at`` is still the one they were claimed for; failed attempts are left out of it.
 For a takeover the start is the takeover's, so a lapsed lease shows as lateness (it was).
+
+Windows select attempts by ``finished_at``, the moment the attempt row is written (``started_at`` is
+the claim's: a long sink's attempt appears long after it, behind a window that has moved on). The
+charts' "fires per minute" are therefore attempts *settled* per minute.
 """
 
 from __future__ import annotations
@@ -148,9 +152,9 @@ class Histogram:
 
 
 def lateness(since: datetime) -> Histogram:
-    """Histogram of due-to-start lateness of the attempts started since ``since`` that settled their wake."""
+    """Histogram of due-to-start lateness of the attempts finished since ``since`` that settled their wake."""
     late = ExpressionWrapper(F("started_at") - F("wake__due_at"), output_field=DurationField())
-    rows = WakeAttempt.objects.filter(started_at__gte=since, outcome__in=SUCCEEDED, wake__due_at__isnull=False)
+    rows = WakeAttempt.objects.filter(finished_at__gte=since, outcome__in=SUCCEEDED, wake__due_at__isnull=False)
     buckets = {
         f"le{index}": Count("id", filter=LessThanOrEqual(late, Value(timedelta(seconds=bound))))
         for index, bound in enumerate(LATENESS_BUCKETS)
@@ -190,7 +194,7 @@ class Activity:
 
 
 def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
-    """Bucket the attempts (``wakeattempt_started_idx``) and the dead letters (``wake_gc_idx``) of ``window``.
+    """Bucket the attempts (``wakeattempt_finished_idx``) and the dead letters (``wake_gc_idx``) of ``window``.
 
     ``step`` is a minute or an hour; buckets are aligned on UTC.
     """
@@ -202,8 +206,8 @@ def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
     count = int(window / step)
     fires, failures, dead = [0] * count, [0] * count, [0] * count
     attempts = (
-        WakeAttempt.objects.filter(started_at__gte=start, outcome__in=(*SUCCEEDED, *FAILED))
-        .annotate(bucket=trunc("started_at", tzinfo=UTC))
+        WakeAttempt.objects.filter(finished_at__gte=start, outcome__in=(*SUCCEEDED, *FAILED))
+        .annotate(bucket=trunc("finished_at", tzinfo=UTC))
         .values_list("bucket", "outcome")
         .annotate(n=Count("id"))
         .order_by()
@@ -239,23 +243,28 @@ def _index(bucket: datetime, start: datetime, step: timedelta, count: int) -> in
 
 
 def attempts_by_outcome(since: datetime) -> dict[str, int]:
-    """How many attempts of each outcome started since ``since`` (an index-only scan where the database can)."""
+    """How many attempts of each outcome finished since ``since`` (an index-only scan where the database can)."""
     found = dict(
-        WakeAttempt.objects.filter(started_at__gte=since).values_list("outcome").annotate(n=Count("id")).order_by()
+        WakeAttempt.objects.filter(finished_at__gte=since).values_list("outcome").annotate(n=Count("id")).order_by()
     )
     return {outcome: found.get(outcome, 0) for outcome in Outcome.values}
 
 
 def missed_occurrences(since: datetime) -> dict[str, int]:
-    """Recurring slots that will never fire, by catch-up policy, from occurrences written since ``since``.
+    """Recurring slots that will never fire, by catch-up policy, of the occurrences settled since ``since``.
 
     The claim saves ``"missed": N`` in the result of an occurrence that stood for N slots (``latest``)
-    or was closed unfired (``skip``); this sums them over the rows updated in the window. ``state IN
-    (every state)`` lets the range scan use ``wake_gc_idx`` (state, updated_at).
+    or was closed unfired (``skip``). Counting a row when it *settles* (``settled_at``, written once)
+    counts it once, even when it was claimed in one window and settled in the next. ``updated_at``
+    equals ``settled_at`` on a settled row, so the range scan runs on ``wake_gc_idx`` (state, updated_at).
     """
     found = (
         Wake.objects.filter(
-            state__in=State.values, updated_at__gte=since, chain_id__isnull=False, result__has_key="missed"
+            state__in=TERMINAL_STATES,
+            updated_at__gte=since,
+            settled_at__gte=since,
+            chain_id__isnull=False,
+            result__has_key="missed",
         )
         .values_list("catch_up")
         .annotate(n=Sum(Cast(KeyTextTransform("missed", "result"), IntegerField())))
@@ -315,8 +324,3 @@ def runners(now: datetime, *, wakes_per_runner: int = 5) -> Runners:
         stale_count=stale_count,
         orphaned=orphaned,
     )
-
-
-def day_start(now: datetime) -> datetime:
-    """Midnight UTC of ``now``'s day: where the metrics' counters start counting (see :mod:`.metrics`)."""
-    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)

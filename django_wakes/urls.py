@@ -7,11 +7,14 @@ needs a logged-in user (so the project needs a login view and ``settings.LOGIN_U
 Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.api`), and senders of
 events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.webhooks`;
 every source is refused with 404 until ``WAKES["WEBHOOKS"]`` configures it).
+
+Prometheus scrapes ``django_wakes:metrics`` (``metrics/``, :mod:`django_wakes.metrics`) with a bearer
+token from ``WAKES["METRICS_TOKENS"]``; staff who may view wakes can read it in a browser.
 """
 
 from django.urls import path
 
-from . import api, views, webhooks
+from . import api, metrics, views, webhooks
 
 app_name = "django_wakes"
 
@@ -20,4 +23,5 @@ urlpatterns = [
     path("approve/<str:token>/", views.approve, name="approve"),
     path("approvals/api/", api.approval_api, name="approval_api"),
     path("events/<str:source>/", webhooks.event_webhook, name="event_webhook"),
+    path("metrics/", metrics.metrics_view, name="metrics"),  # Prometheus; bearer token or staff (metrics.py)
 ]
