@@ -96,6 +96,18 @@ def slow(seconds: float, label: str) -> str:
     return label
 
 
+@task
+def hang_once(label: str) -> str:
+    """Hang (until killed) the first time ``label`` runs; return at once when run again."""
+    marker = Path(os.environ.get("WAKES_PROBE_DIR", "/tmp")) / f"hang-once-{label}"  # noqa: S108
+    first = not marker.exists()
+    _probe("hang_once", label=label, first=first)
+    if first:
+        marker.touch()
+        time.sleep(600)
+    return label
+
+
 @task(queue_name="reports")
 def report(name: str) -> str:
     _probe("report", name=name)

@@ -300,11 +300,19 @@ def _once(args: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _sync_periodic(args: dict[str, Any]) -> dict[str, list[str]]:
+    from django_wakes.tasks import sync_periodic
+
+    report = sync_periodic()
+    return {"booked": report.booked, "replanned": report.replanned, "ended": report.ended, "kept": report.kept}
+
+
 ACTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "schedule_idempotent": _schedule_idempotent,
     "schedule_coalesce": _schedule_coalesce,
     "resolve": _resolve,
     "once": _once,
+    "sync_periodic": _sync_periodic,
 }
 
 

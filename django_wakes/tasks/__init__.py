@@ -10,20 +10,20 @@ of them is used; :func:`framework_available` says whether one is installed.
 * :class:`WakesBackend` — the backend (``backend.py``); :class:`WakesTask` — its task class, with
   ``max_attempts``, ``backoff`` and ``serial_key`` options;
 * :func:`periodic` — declare a periodic task; :func:`sync_periodic` — reconcile the declarations
-  with the database (``periodic.py``);
+  with the database (``periodic_tasks.py``);
 * ``results.py`` — a task's wake read as a ``TaskResult``; ``sink.py`` — the sink that runs tasks.
 """
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import WakesBackend, WakesTask
-    from .periodic import PeriodicTask, SyncReport, periodic, sync_periodic
-    from .results import TASK_KIND
+    from .periodic_tasks import PeriodicTask, SyncReport, periodic, sync_periodic
 
 __all__ = [
     "TASK_KIND",
@@ -34,17 +34,20 @@ __all__ = [
     "framework_available",
     "periodic",
     "sync_periodic",
+    "sync_periodic_on_boot",
 ]
 
 _LAZY = {
     "WakesBackend": "backend",
     "WakesTask": "backend",
-    "PeriodicTask": "periodic",
-    "SyncReport": "periodic",
-    "periodic": "periodic",
-    "sync_periodic": "periodic",
-    "TASK_KIND": "results",
+    "PeriodicTask": "periodic_tasks",
+    "SyncReport": "periodic_tasks",
+    "periodic": "periodic_tasks",
+    "sync_periodic": "periodic_tasks",
 }
+
+#: The kind of every task's wake (the admin and ``wakes status`` recognise tasks by it).
+TASK_KIND = "django_wakes.task"
 
 
 def framework_available() -> bool:
@@ -55,6 +58,36 @@ def framework_available() -> bool:
     except ModuleNotFoundError:  # pragma: no cover
         pass
     return find_spec("django_tasks") is not None
+
+
+def sync_periodic_on_boot() -> None:
+    """Reconcile periodic tasks as ``runwakes`` starts; a failure is logged, never stops the runner.
+
+    Nothing to do without a Tasks framework. A bad declaration or a database that stays away is
+    logged as an error: the runner still serves everything else, and the next boot (or ``manage.py
+    wakes sync-periodic``) tries again.
+    """
+    if not framework_available():
+        return
+    from ..engine import TRANSIENT_ERRORS
+    from ..exceptions import WakeError
+    from .periodic_tasks import sync_periodic
+
+    logger = logging.getLogger("django_wakes")
+    refused: tuple[type[Exception], ...] = (WakeError, *TRANSIENT_ERRORS)
+    try:
+        report = sync_periodic()
+    except refused as exc:
+        logger.error("periodic tasks were not synced: %s", exc)
+        return
+    if report.changed:
+        logger.info(
+            "periodic tasks synced: booked=%s replanned=%s ended=%s kept=%d",
+            ",".join(report.booked) or "-",
+            ",".join(report.replanned) or "-",
+            ",".join(report.ended) or "-",
+            len(report.kept),
+        )
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ from .. import clock, engine
 from ..exceptions import InvalidWake
 from ..models import Wake
 from ..validation import json_value, key
-from . import options, results
+from . import TASK_KIND, options, results
 from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, normalize_json, task_enqueued
 from .exceptions import InvalidTaskArguments, InvalidTaskOptions
 
@@ -127,7 +127,7 @@ class WakesBackend(BaseTaskBackend):
             intent["deferred"] = True
         wake = engine.schedule(
             workspace_id=self.workspace,
-            kind=results.TASK_KIND,
+            kind=TASK_KIND,
             at=task.run_after if task.run_after is not None else clock.now(),
             intent=intent,
             priority=task.priority,
@@ -161,7 +161,7 @@ class WakesBackend(BaseTaskBackend):
         """Read the task's wake now (from any process); ``TaskResultDoesNotExist`` if there is none."""
         wake_id = _wake_id(result_id)
         wake = (
-            Wake.objects.using(engine.db_alias()).filter(pk=wake_id, kind=results.TASK_KIND).first()
+            Wake.objects.using(engine.db_alias()).filter(pk=wake_id, kind=TASK_KIND).first()
             if wake_id is not None
             else None
         )

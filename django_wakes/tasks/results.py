@@ -31,9 +31,6 @@ from ..engine import db_alias
 from ..models import Outcome, State, Wake, WakeAttempt
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 
-#: The kind of every task's wake (the admin and ``wakes status`` recognise tasks by it).
-TASK_KIND = "django_wakes.task"
-
 STATUS: dict[str, TaskResultStatus] = {
     State.PENDING: TaskResultStatus.READY,
     State.FIRING: TaskResultStatus.RUNNING,

@@ -19,7 +19,7 @@ from ..exceptions import InvalidWake
 from ..models import Wake
 from ..sinks import Done, Retry, registry
 from ..validation import json_value
-from . import options, results
+from . import TASK_KIND, options, results
 from .compat import TaskContext, TaskError, TaskResultStatus, normalize_json, task_finished, task_started
 
 
@@ -69,4 +69,4 @@ def _traceback(exc: BaseException) -> str:
 
 def register() -> None:
     """Register the task sink (``AppConfig.ready`` calls this when a Tasks framework is importable)."""
-    registry.register(results.TASK_KIND, run_task, replace=True)
+    registry.register(TASK_KIND, run_task, replace=True)

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.runner import Sweeper, apply_client_timeouts
+from django_wakes.tasks import sync_periodic_on_boot
 
 
 def positive_float(value: str) -> float:
@@ -115,6 +116,7 @@ class Command(BaseCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
         apply_client_timeouts()  # a partitioned runner notices within a bounded time
+        sync_periodic_on_boot()  # periodic tasks (django_wakes.tasks): book, re-plan, end, once per boot
         runner = Sweeper(
             interval=interval,
             batch=batch,

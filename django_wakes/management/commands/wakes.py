@@ -15,6 +15,7 @@ from django_wakes.conf import wakes_settings
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.models import Runner, SessionControl, State, Wake
+from django_wakes.tasks import TASK_KIND
 
 #: ``wakes status`` lists at most this many stopped sessions (newest first).
 STOPPED_SHOWN = 20
@@ -27,6 +28,9 @@ def status_snapshot() -> dict[str, Any]:
     counts = {state: 0 for state in State.values}
     for row in wakes.values("state").annotate(n=Count("id")).order_by():
         counts[row["state"]] = row["n"]
+    tasks = {state: 0 for state in State.values}  # Django Tasks run by django_wakes.tasks.WakesBackend
+    for row in wakes.filter(kind=TASK_KIND).values("state").annotate(n=Count("id")).order_by():
+        tasks[row["state"]] = row["n"]
     due = wakes.due(now)
     oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
     oldest_due: datetime | None = oldest["due_at"] if oldest is not None else None
@@ -35,6 +39,7 @@ def status_snapshot() -> dict[str, Any]:
     return {
         "now": now.isoformat(),
         "states": counts,
+        "tasks": tasks,
         "due_backlog": due.count(),
         "oldest_overdue": None
         if oldest is None or oldest_due is None
@@ -75,10 +80,15 @@ class Command(BaseCommand):
         status.add_argument("--json", action="store_true", help="Print JSON for scripts.")
         gc = sub.add_parser("gc", help="Delete terminal wakes older than --older-than (WAKES['GC_AFTER']).")
         gc.add_argument("--older-than", default=None, help="A duration such as 30d (default WAKES['GC_AFTER']).")
+        sub.add_parser(
+            "sync-periodic", help="Book, re-plan and end periodic tasks' chains to match the declarations (idempotent)."
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "gc":
             self._gc(options["older_than"])
+        elif action == "sync-periodic":
+            self._sync_periodic()
         else:
             self._status(as_json=options["json"])
 
@@ -93,6 +103,26 @@ class Command(BaseCommand):
         deleted = engine.gc(older_than=value)
         self.stdout.write(f"deleted {deleted} terminal wake(s) older than {value}")
 
+    def _sync_periodic(self) -> None:
+        from django_wakes.tasks import framework_available
+
+        if not framework_available():
+            raise CommandError("periodic tasks need django.tasks (Django 6) or the django-tasks backport")
+        from django_wakes.exceptions import WakeError
+        from django_wakes.tasks.periodic_tasks import sync_periodic
+
+        try:
+            report = sync_periodic()
+        except WakeError as exc:
+            raise CommandError(str(exc)) from exc
+        for label, names in (("booked", report.booked), ("re-planned", report.replanned), ("ended", report.ended)):
+            for name in names:
+                self.stdout.write(f"{label}: {name}")
+        self.stdout.write(
+            f"periodic tasks: {len(report.booked)} booked, {len(report.replanned)} re-planned, "
+            f"{len(report.ended)} ended, {len(report.kept)} unchanged"
+        )
+
     def _status(self, *, as_json: bool) -> None:
         snap = status_snapshot()
         if as_json:
@@ -103,6 +133,10 @@ class Command(BaseCommand):
         for state, n in snap["states"].items():
             write(f"  {state:<10} {n:>10}")
         write(f"  {'due now':<10} {snap['due_backlog']:>10}")
+        if any(snap["tasks"].values()):
+            write(self.style.MIGRATE_HEADING("Tasks (django.tasks) by state"))
+            for state, n in snap["tasks"].items():
+                write(f"  {state:<10} {n:>10}")
         oldest = snap["oldest_overdue"]
         write(
             "Oldest overdue: "

@@ -33,10 +33,9 @@ from ..engine.shared import lock_or_create, retry_rolled_back
 from ..exceptions import InvalidWake
 from ..models import LIVE_STATES, Wake, WorkspaceLock
 from ..validation import key
-from . import options
+from . import TASK_KIND, options
 from .compat import Task
 from .exceptions import PeriodicTaskError
-from .results import TASK_KIND
 
 #: The row :func:`sync_periodic` locks (a :class:`~django_wakes.models.WorkspaceLock`): one sync at a time.
 SYNC_LOCK = "django_wakes.tasks.periodic"
