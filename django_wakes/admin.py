@@ -455,7 +455,9 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
         operate = path(
             "<path:object_id>/operate/<str:operation>/", wrap(self.operate_view), name="django_wakes_wake_operate"
         )
-        return [dashboard, lanes, operate, *super().get_urls()]
+        from .schedule_admin import chain_urls  # the chain page (admin:django_wakes_chain): its own module
+
+        return [dashboard, lanes, operate, *chain_urls(self), *super().get_urls()]
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         from .dashboard import render_dashboard  # the dashboard's own module: queries, charts, template

@@ -238,7 +238,7 @@ def _slots(grid: recurrence.Grid, start: datetime, until: datetime) -> list[date
 
 
 def _covered(using: str, chain_id: str, start: datetime, until: datetime) -> set[datetime]:
-    """Slots of ``[start, until]`` some occurrence already fired (or will) for, beyond its own row's key.
+    """Slots of ``[start, until]`` some occurrence already fired (or will) for, its own or a newer one.
 
     A ``catch_up="latest"`` firing stands for a newer slot than its row's (``result["slot"]``); that
     row may be the newest one before ``start``.
@@ -263,8 +263,8 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
     Idempotent per slot: each row has the slot's chain key, so a slot that has a row (fired, pending,
     dead, or booked by an earlier backfill) books nothing. A slot ``catch_up="skip"`` closed without
     firing is revived (its row becomes a pending one-shot); one an operator cancelled stays cancelled.
-    Slots after now, after the chain's ``end_at``, before its ``start_at``, or from its live occurrence
-    on are not backfilled. A held (paused) chain gets held rows. At most :data:`MAX_BACKFILL` slots.
+    Slots after now, after the chain's ``end_at``, before its first occurrence, or from its live
+    occurrence on are not backfilled. A held (paused) chain gets held rows. At most :data:`MAX_BACKFILL` slots.
     """
     chain_id = _chain_id(chain_id)
     begin = to_datetime(start, name="start")
@@ -277,8 +277,11 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
     now = clock.now()
     if begin > now:
         raise InvalidSchedule(f"backfill: start {begin.isoformat()} is in the future; only past slots are backfilled")
-    if template.start_at is not None:
-        begin = max(begin, template.start_at)
+    # The chain's first slot: its occurrence 0 (one-shot rows copy a template's number, never an earlier slot).
+    first = _rows(using, chain_id).filter(occurrence=0).order_by("fire_at").values_list("fire_at", flat=True).first()
+    for floor in (template.start_at, first):
+        if floor is not None:
+            begin = max(begin, floor)  # slots before the chain began were never its to miss
     until = min(finish, now, *(m for m in (template.end_at,) if m is not None))
 
     def attempt() -> Backfill:
@@ -302,37 +305,34 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
                 )
             slots = _slots(grid, begin, horizon)
             covered = _covered(using, chain_id, begin, horizon)
-            keys = {recurrence.chain_key(chain_id, slot): slot for slot in slots}
-            existing = {
-                row.idempotency_key: row
-                for row in Wake.objects.using(using).filter(
-                    workspace_id=template.workspace_id, idempotency_key__in=list(keys)
-                )
-            }
+            at_slot: dict[datetime, list[Wake]] = {}
+            for row in _rows(using, chain_id).filter(fire_at__gte=begin, fire_at__lte=horizon):
+                assert row.fire_at is not None  # the filter says so
+                at_slot.setdefault(row.fire_at, []).append(row)
             booked: list[Wake] = []
             revived = had = cancelled = 0
-            for chain_key, slot in keys.items():
+            for slot in slots:
                 result = {"trigger": "at", "slot": _iso(slot), "backfill": True}
-                row = existing.get(chain_key)
-                if row is None and slot in covered:
+                there = at_slot.get(slot, [])
+                skipped = [r for r in there if r.state == State.CANCELLED and (r.result or {}).get("skipped")]
+                if slot in covered or any(r.state not in (State.CANCELLED, State.SUPERSEDED) for r in there):
                     had += 1
-                elif row is None:
+                elif skipped:
+                    if _revive(using, skipped[0], result, paused_at, now):
+                        skipped[0].refresh_from_db(using=using)
+                        booked.append(skipped[0])
+                        revived += 1
+                    else:
+                        had += 1  # another backfill revived it a moment ago
+                elif there:
+                    cancelled += 1
+                else:
+                    chain_key = recurrence.chain_key(chain_id, slot)
                     wake = create_wake(_held(_one_shot(template, slot, result, chain_key), paused_at), now=now)
                     if wake.created_at == now and wake.result == result:
                         booked.append(wake)
                     else:
                         had += 1  # another backfill booked it a moment ago
-                elif row.state == State.CANCELLED and isinstance(row.result, dict) and row.result.get("skipped"):
-                    if _revive(using, row, result, paused_at, now):
-                        row.refresh_from_db(using=using)
-                        booked.append(row)
-                        revived += 1
-                    else:
-                        had += 1
-                elif row.state in (State.CANCELLED, State.SUPERSEDED):
-                    cancelled += 1
-                else:
-                    had += 1
             if booked:
                 _announce_due(using, now)
             return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live)

@@ -1,4 +1,4 @@
-"""``manage.py wakes status|gc``: what the wake table holds right now, and on-demand clean-up."""
+"""``manage.py wakes status|gc|preview``: the wake table, on-demand clean-up, a schedule's next fire times."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.db.models import Count, Min
 from django_wakes import clock, engine
 from django_wakes.conf import wakes_settings
 from django_wakes.durations import parse_duration
-from django_wakes.exceptions import InvalidDuration
+from django_wakes.exceptions import InvalidDuration, InvalidWake
 from django_wakes.models import Runner, SessionControl, State, Wake
 from django_wakes.tasks import TASK_KIND
 
@@ -83,12 +83,32 @@ class Command(BaseCommand):
         sub.add_parser(
             "sync-periodic", help="Book, re-plan and end periodic tasks' chains to match the declarations (idempotent)."
         )
+        preview = sub.add_parser(
+            "preview", help="The next fire times of a cron or every schedule, in local time and UTC, DST marked."
+        )
+        preview.add_argument("cron", nargs="?", default=None, help='A cron expression, e.g. "0 9 * * MON-FRI".')
+        preview.add_argument("--every", default=None, help="An interval instead of cron, e.g. 90m.")
+        preview.add_argument("--tz", default=None, help="The IANA zone (default settings.TIME_ZONE).")
+        preview.add_argument("-n", type=int, default=10, help="How many fire times (default %(default)r).")
+        preview.add_argument(
+            "--start", default=None, help="ISO date/time to start after (naive: in --tz; default now)."
+        )
+        preview.add_argument("--dst", default=None, help="DST policy, e.g. ambiguous=both,missing=skip (cron only).")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "gc":
             self._gc(options["older_than"])
         elif action == "sync-periodic":
             self._sync_periodic()
+        elif action == "preview":
+            self._preview(
+                cron=options["cron"],
+                every=options["every"],
+                tz=options["tz"],
+                n=options["n"],
+                start=options["start"],
+                dst=options["dst"],
+            )
         else:
             self._status(as_json=options["json"])
 
@@ -150,3 +170,50 @@ class Command(BaseCommand):
         write(self.style.MIGRATE_HEADING(f"Live runners ({len(snap['runners'])})"))
         for r in snap["runners"]:
             write(f"  {r['id']}  host={r['host']} pid={r['pid']} heartbeat={r['heartbeat_at']}")
+
+    def _preview(
+        self, *, cron: str | None, every: str | None, tz: str | None, n: int, start: str | None, dst: str | None
+    ) -> None:
+        from zoneinfo import ZoneInfo
+
+        from django.conf import settings
+
+        from django_wakes import recurrence
+
+        try:
+            begin = _start_moment(start, tz or settings.TIME_ZONE) if start is not None else None
+            occurrences = recurrence.preview(cron=cron, every=every, tz=tz, n=n, start=begin, dst=dst)
+        except InvalidWake as exc:
+            raise CommandError(str(exc)) from exc
+        zone = tz or settings.TIME_ZONE
+        what = f"cron {cron!r}" if cron is not None else f"every {every}"
+        write = self.stdout.write
+        write(self.style.MIGRATE_HEADING(f"Next {len(occurrences)} fire times of {what} in {zone}"))
+        if cron is not None:
+            write(f"DST policy: {recurrence.dst_policy(dst).describe()}")
+        local_width = len("Wed 2025-01-01 09:00:00 CEST")
+        write(f"  {'#':>3}  {'local time':<{local_width}}  UTC")
+        for number, occurrence in enumerate(occurrences, 1):
+            for change in occurrence.changes:
+                write(self.style.WARNING(f"  {'':>3}  DST {change}"))
+            local = occurrence.local.astimezone(ZoneInfo(zone))
+            line = (
+                f"  {number:>3}  {local:%a %Y-%m-%d %H:%M:%S} {local.tzname():<5}  {occurrence.at:%Y-%m-%d %H:%M:%SZ}"
+            )
+            write(line + (f"  DST: {occurrence.note}" if occurrence.note else ""))
+
+
+def _start_moment(text: str, zone: str) -> datetime:
+    """``--start``: an ISO date or date/time; a naive one is read in the preview's zone."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CommandError(f"--start: {text!r} is not an ISO date/time such as 2025-03-28T12:00") from exc
+    if moment.tzinfo is None:
+        try:
+            moment = moment.replace(tzinfo=ZoneInfo(zone))
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise CommandError(f"--tz: unknown time zone {zone!r}") from exc
+    return moment
