@@ -71,7 +71,7 @@ _TRANSITION_PROBE = timedelta(days=1)
 #: Slots within this distance of a transition (plus the size of the jump) are counted one by one.
 _TRANSITION_MARGIN = timedelta(hours=1)
 #: A walk that meets no firing wall time this far from where it started gives up (``dst.missing="skip"``
-#: with an expression that only ever names skipped times, ``30 2 * 3 0L`` in Europe/Paris, never fires).
+#: with an expression that only ever names skipped times, ``30 2 * 3 L0`` in Europe/Paris, never fires).
 _WALK_HORIZON = timedelta(days=366 * 30)
 #: Random ("R") and hashed ("H") fields would put each occurrence on a different grid: refused.
 _RANDOM_FIELD = re.compile(r"^[rh](?:\(|/|$)")
