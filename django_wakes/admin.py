@@ -514,6 +514,7 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             "operation": op,
             "form": form,
             "change_url": change_url,
+            "operator_zone": timezone.get_current_timezone_name(),
             "summary": [
                 (_("kind"), wake.kind),
                 (_("state"), wake.get_state_display()),

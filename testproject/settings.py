@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the admin's CSS, for runserver and the live server the browser tests use
     "django_wakes",
     "testproject",
 ]
