@@ -3,18 +3,20 @@
 A wake table keeps every settled wake until ``gc`` (30 days by default): a million rows is ordinary.
 So nothing here counts the whole table. Each query is one of:
 
-* a scan of the **live** rows (``state IN (pending, firing)``, through ``wake_claim_due_idx`` and
-  ``wake_lease_idx``): its cost follows the backlog, not the history;
+* a scan of the **live** rows (``state = 'pending'``, ``state = 'firing'``, through the claim path's
+  indexes on those states): its cost follows the backlog, not the history;
 * a **time-windowed** range scan of an index on a time column: recent attempts through
-  ``wakeattempt_finished_idx`` (``finished_at, outcome``), recently settled wakes through ``wake_gc_idx``
-  (``state, updated_at``): its cost follows the traffic of the window (an hour, a day), not the history;
+  ``wakeattempt_finished_idx`` (``finished_at, outcome``), recently settled wakes through ``gc``'s
+  index of terminal rows by ``updated_at``: its cost follows the traffic of the window (an hour, a
+  day), not the history;
 * a ``LIMIT``-ed read (the runners and the wakes they hold).
 
-Lateness is *due-to-start*: an attempt's ``started_at`` (when its claim was made; the sink starts right
-after) minus its wake's ``due_at``. ``due_at`` is not stored per attempt: a failure overwrites it with
-the retry's time. So lateness is measured on the attempts that **settled** their wake (fired, expired,
-stopped), whose ``due_at`` is still the one they were claimed for; failed attempts are left out of it.
-For a takeover the start is the takeover's, so a lapsed lease shows as lateness (it was).
+Lateness is *due-to-start*: when the claim that settled a wake was made (``claimed_at``, the same
+moment as its attempt's ``started_at``; the sink starts right after) minus the wake's ``due_at``.
+``due_at`` is not stored per attempt: a failure overwrites it with the retry's time. So lateness is
+measured on the wakes a sink **settled** (fired, expired, stopped), whose ``due_at`` is still the one
+their last claim was due at; earlier failed attempts are left out of it. For a takeover the claim is
+the takeover's, so a lapsed lease shows as lateness (it was).
 
 Windows select attempts by ``finished_at``, the moment the attempt row is written (``started_at`` is
 the claim's: a long sink's attempt appears long after it, behind a window that has moved on). The
@@ -36,10 +38,12 @@ from django.db.models.lookups import LessThanOrEqual
 
 from .models import Runner, Wake, WakeAttempt
 from .querysets import OVERDUE_AFTER
-from .states import LIVE_STATES, TERMINAL_STATES, Outcome, State
+from .states import TERMINAL_STATES, Outcome, State
 
-#: Attempts that settled their wake: the ones lateness is measured on, and the "fires" of the charts.
+#: Attempts that settled their wake: the "fires" of the charts.
 SUCCEEDED = (Outcome.FIRED, Outcome.EXPIRED, Outcome.STOPPED)
+#: The final states a sink's return settles a wake in (``stopped`` settles it ``fired``).
+SETTLED_BY_SINK = (State.FIRED, State.EXPIRED)
 #: Attempts that failed (charged): what the failure charts and the failure counters count.
 FAILED = (Outcome.FAILED, Outcome.RETRY, Outcome.INTERRUPTED)
 #: Upper bounds (seconds) of the lateness histogram's buckets; quantiles are interpolated inside them.
@@ -86,23 +90,35 @@ class Backlog:
 
 
 def backlog(now: datetime) -> Backlog:
-    """Count the live wakes by kind (one scan of the live rows) and the wakes settled in the last day."""
-    pending, firing = Q(state=State.PENDING), Q(state=State.FIRING)
-    rows = (
-        Wake.objects.filter(state__in=LIVE_STATES)
+    """Count the live wakes by kind and the wakes settled in the last day.
+
+    One query per live state (``state = 'pending'``, ``state = 'firing'``), not one over both: each
+    then matches its state's partial index exactly, where ``state IN (...)`` might scan the table.
+    """
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    pending_rows = (
+        Wake.objects.filter(state=State.PENDING)
         .values_list("kind")
-        .annotate(  # in KIND_COUNTS order: the rows are (kind, *counts)
-            pending=Count("id", filter=pending),
-            waiting=Count("id", filter=pending & Q(due_at__isnull=True)),
-            overdue=Count("id", filter=pending & Q(due_at__lt=now - OVERDUE_AFTER)),
-            due_next_hour=Count("id", filter=pending & Q(due_at__gte=now, due_at__lt=now + HOUR)),
-            firing=Count("id", filter=firing),
-            lapsed=Count("id", filter=firing & Q(lease_until__lte=now)),
+        .annotate(
+            pending=Count("id"),
+            waiting=Count("id", filter=Q(due_at__isnull=True)),
+            overdue=Count("id", filter=Q(due_at__lt=now - OVERDUE_AFTER)),
+            due_next_hour=Count("id", filter=Q(due_at__gte=now, due_at__lt=now + HOUR)),
         )
         .order_by()
     )
+    for kind, pending, waiting, overdue, due_next_hour in pending_rows:
+        counts[kind].update(pending=pending, waiting=waiting, overdue=overdue, due_next_hour=due_next_hour)
+    firing_rows = (
+        Wake.objects.filter(state=State.FIRING)
+        .values_list("kind")
+        .annotate(firing=Count("id"), lapsed=Count("id", filter=Q(lease_until__lte=now)))
+        .order_by()
+    )
+    for kind, firing, lapsed in firing_rows:
+        counts[kind].update(firing=firing, lapsed=lapsed)
     kinds = sorted(
-        (KindBacklog(*row) for row in rows),
+        (KindBacklog(kind, **found) for kind, found in counts.items()),
         key=lambda k: (-(k.pending + k.firing), k.kind),
     )
     total = sum(kinds, KindBacklog("all"))
@@ -152,9 +168,17 @@ class Histogram:
 
 
 def lateness(since: datetime) -> Histogram:
-    """Histogram of due-to-start lateness of the attempts finished since ``since`` that settled their wake."""
-    late = ExpressionWrapper(F("started_at") - F("wake__due_at"), output_field=DurationField())
-    rows = WakeAttempt.objects.filter(finished_at__gte=since, outcome__in=SUCCEEDED, wake__due_at__isnull=False)
+    """Histogram of due-to-start lateness of the wakes that fired (or expired) since ``since``.
+
+    Read from the wake rows alone: a settled wake's ``claimed_at`` is its settling attempt's start and
+    its ``due_at`` what that attempt was due at, and ``updated_at`` is when it settled, so the window is
+    a range scan of ``gc``'s index of terminal rows by ``updated_at``. Joining the attempt log instead made
+    PostgreSQL hash-join the whole wake table at a million rows.
+    """
+    late = ExpressionWrapper(F("claimed_at") - F("due_at"), output_field=DurationField())
+    rows = Wake.objects.filter(
+        state__in=SETTLED_BY_SINK, updated_at__gte=since, due_at__isnull=False, claimed_at__isnull=False
+    )
     buckets = {
         f"le{index}": Count("id", filter=LessThanOrEqual(late, Value(timedelta(seconds=bound))))
         for index, bound in enumerate(LATENESS_BUCKETS)
@@ -194,7 +218,7 @@ class Activity:
 
 
 def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
-    """Bucket the attempts (``wakeattempt_finished_idx``) and the dead letters (``wake_gc_idx``) of ``window``.
+    """Bucket the attempts (``wakeattempt_finished_idx``) and the dead letters of ``window``.
 
     ``step`` is a minute or an hour; buckets are aligned on UTC.
     """
@@ -256,7 +280,7 @@ def missed_occurrences(since: datetime) -> dict[str, int]:
     The claim saves ``"missed": N`` in the result of an occurrence that stood for N slots (``latest``)
     or was closed unfired (``skip``). Counting a row when it *settles* (``settled_at``, written once)
     counts it once, even when it was claimed in one window and settled in the next. ``updated_at``
-    equals ``settled_at`` on a settled row, so the range scan runs on ``wake_gc_idx`` (state, updated_at).
+    equals ``settled_at`` on a settled row, so the range scan runs on ``gc``'s index of terminal rows.
     """
     found = (
         Wake.objects.filter(
@@ -304,7 +328,7 @@ class Runners:
 
 
 def runners(now: datetime, *, wakes_per_runner: int = 5) -> Runners:
-    """Read the live runners (``runner_heartbeat_idx``) and the firing wakes (``wake_lease_idx``)."""
+    """Read the live runners (``runner_heartbeat_idx``) and the firing wakes (``state = 'firing'``)."""
     live_rows = list(Runner.objects.live(now).order_by("started_at", "id")[:RUNNER_ROWS])
     live_ids = set(Runner.objects.live(now).values_list("id", flat=True))  # runners are few: one row a process
     stale_count = Runner.objects.stale(now).count()
