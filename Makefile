@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade 'pip>=25.1'
 	$(PY) -m pip install --quiet --group dev -e '.[postgres]' '$(DJANGO)'
+	@# Django 6 ships django.tasks; on Django 5.2 the Tasks backend's tests need the backport (the [tasks] extra)
+	$(PY) -c 'import django.tasks' 2>/dev/null || $(PY) -m pip install --quiet -e '.[postgres,tasks]' '$(DJANGO)'
 	@if command -v mariadb_config >/dev/null 2>&1 || command -v mysql_config >/dev/null 2>&1 || pkg-config --exists mariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
 		$(PY) -m pip install --quiet -e '.[mysql]' '$(DJANGO)' || echo "mysqlclient did not build: MariaDB tests will be skipped"; \
 	else echo "no MariaDB/MySQL client headers (libmariadb-dev): MariaDB tests will be skipped"; fi

@@ -16,9 +16,10 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from django_wakes.tasks import framework_available
+from tests.tasks_framework import no_tasks_framework
 
 if not framework_available():
-    pytest.skip("neither django.tasks (Django 6) nor the django-tasks backport is installed", allow_module_level=True)
+    no_tasks_framework()
 
 import django_wakes
 from django_wakes.exceptions import InvalidIntent, WakeError

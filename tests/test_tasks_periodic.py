@@ -15,9 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_wakes.tasks import framework_available
+from tests.tasks_framework import no_tasks_framework
 
 if not framework_available():
-    pytest.skip("neither django.tasks (Django 6) nor the django-tasks backport is installed", allow_module_level=True)
+    no_tasks_framework()
 
 import django_wakes
 from django_wakes.exceptions import InvalidSchedule
