@@ -71,13 +71,36 @@ class BackfillForm(forms.Form):
         return cleaned
 
 
+def local_text(moment: datetime | None, zone: tzinfo) -> str:
+    """``Sun 2026-10-25 02:30:00 CEST``: to the second, with the zone's abbreviation even in a repeated hour.
+
+    Formatted here, not with the ``date`` filter, which leaves the abbreviation out of ambiguous times,
+    the very ones a DST column is about.
+    """
+    if moment is None:
+        return "-"
+    local = moment.astimezone(zone)
+    return f"{local:%a %Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
 @dataclass(frozen=True)
 class PastOccurrence:
     """One row of the chain's history as the page shows it."""
 
     wake: Wake
-    slot_local: datetime | None
+    slot: str
+    settled: str
     outcome: str
+    note: str
+
+
+@dataclass(frozen=True)
+class NextTime:
+    """One of the next fire times as the page shows it."""
+
+    local: str
+    utc: str
+    changes: tuple[str, ...]
     note: str
 
 
@@ -120,7 +143,8 @@ def _history(rows: list[Wake], zone: tzinfo) -> list[PastOccurrence]:
     return [
         PastOccurrence(
             wake=w,
-            slot_local=w.fire_at.astimezone(zone) if w.fire_at else None,
+            slot=local_text(w.fire_at, zone),
+            settled=local_text(w.settled_at, zone),
             outcome=last.get(w.pk, ""),
             note=_note(w),
         )
@@ -149,15 +173,18 @@ def _page_context(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, 
             .order_by("fire_at", "id")
             .first()
         )
-    upcoming: list[recurrence.Occurrence] = []
+    upcoming: list[NextTime] = []
     if live is not None and live.fire_at is not None:
-        upcoming = recurrence.upcoming(
-            recurrence.grid_for(live),
-            after=live.fire_at - _TINY,
-            n=_upcoming_count(request),
-            zone=zone,
-            until=live.end_at,
-        )
+        upcoming = [
+            NextTime(local_text(o.at, zone), f"{o.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z", o.changes, o.note)
+            for o in recurrence.upcoming(
+                recurrence.grid_for(live),
+                after=live.fire_at - _TINY,
+                n=_upcoming_count(request),
+                zone=zone,
+                until=live.end_at,
+            )
+        ]
     now = clock.now()
     return {
         **model_admin.admin_site.each_context(request),
@@ -170,6 +197,8 @@ def _page_context(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, 
         "zone": str(zone),
         "live": live,
         "paused": live is not None and live.paused_at is not None,
+        "paused_since": local_text(live.paused_at, zone) if live is not None else "",
+        "ends": local_text(template.end_at, zone) if template.end_at else "",
         "history": _history(rows[:HISTORY_SHOWN], zone),
         "more_history": len(rows) > HISTORY_SHOWN,
         "upcoming": upcoming,

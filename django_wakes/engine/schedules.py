@@ -97,7 +97,8 @@ def _announce_due(using: str, now: datetime) -> None:
 def pause_chain(chain_id: str) -> str:
     """Hold a chain: its pending occurrences stop being claimable until :func:`resume_chain`.
 
-    An occurrence firing right now finishes (retries included); the one it books is booked held.
+    An occurrence firing right now finishes (retries included); the one it books is booked held. A
+    firing booked by :func:`trigger_chain` is not held: the operator asked for that one.
     """
     chain_id = _chain_id(chain_id)
     using = db_alias()
@@ -115,6 +116,8 @@ def pause_chain(chain_id: str) -> str:
             # A new statement: it also sees an occurrence a settle booked while we waited for the lock.
             pending = _rows(using, chain_id).filter(state=State.PENDING, paused_at__isnull=True)
             for row in pending.select_for_update().order_by("id"):
+                if isinstance(row.result, dict) and row.result.get("manual"):
+                    continue  # fired by hand: the operator asked for that one firing
                 held += (
                     Wake.objects.using(using)
                     .filter(pk=row.pk, state=State.PENDING, paused_at__isnull=True, due_at=row.due_at)
