@@ -86,8 +86,16 @@ def chain_template(chain_id: str, *, using: str | None = None) -> Wake:
 
 
 def _lock_live(using: str, chain_id: str) -> list[Wake]:
-    """Lock the chain's live rows, waiting (no skip) for a claim or settle that holds one to commit."""
-    return list(_rows(using, chain_id).filter(state__in=LIVE).select_for_update().order_by("id"))
+    """Lock the chain's live rows, waiting (no skip) for a claim or settle that holds one to commit.
+
+    Read twice: a settle we waited for has moved its row out of ``LIVE`` and booked the successor,
+    which the first statement cannot see (it was not committed when the statement began); the
+    second statement, under READ COMMITTED a new snapshot and on MySQL a locking read of the latest
+    rows, sees and locks it.
+    """
+    live = _rows(using, chain_id).filter(state__in=LIVE).select_for_update().order_by("id")
+    list(live)
+    return list(live.all())
 
 
 def _announce_due(using: str, now: datetime) -> None:
