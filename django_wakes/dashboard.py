@@ -38,6 +38,7 @@ class Overview:
 
     now: datetime
     backlog: stats.Backlog
+    settled_day: dict[str, int]
     lateness_hour: stats.Histogram
     lateness_day: stats.Histogram
     last_hour: stats.Activity
@@ -51,6 +52,7 @@ def read_overview(now: datetime) -> Overview:
     """Run the dashboard's queries (each bounded: see :mod:`.stats`) and time them together."""
     started = time.perf_counter()
     backlog = stats.backlog(now)
+    settled_day = stats.settled_by_state(now - stats.DAY)
     lateness_hour = stats.lateness(now - stats.HOUR)
     lateness_day = stats.lateness(now - stats.DAY)
     last_hour = stats.activity(now, stats.HOUR, stats.MINUTE)
@@ -60,6 +62,7 @@ def read_overview(now: datetime) -> Overview:
     return Overview(
         now=now,
         backlog=backlog,
+        settled_day=settled_day,
         lateness_hour=lateness_hour,
         lateness_day=lateness_day,
         last_hour=last_hour,
@@ -86,7 +89,7 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "lateness": _lateness_rows(overview),
         "charts": _charts(overview),
         "kinds": _kind_rows(overview.backlog),
-        "states": _state_rows(overview.backlog),
+        "states": _state_rows(overview),
         "missed": sorted(overview.missed_day.items()),
         "runners": _runner_rows(overview.runners),
     }
@@ -135,7 +138,7 @@ class Card:
 
 def _cards(overview: Overview) -> list[Card]:
     total, runners = overview.backlog.total, overview.runners
-    dead = overview.backlog.settled_last_day.get(State.DEAD, 0)
+    dead = overview.settled_day.get(State.DEAD, 0)
     return [
         Card(_("pending"), total.pending, _("live, waiting for their time"), _changelist(state__exact=State.PENDING)),
         Card(_("waiting"), total.waiting, _("pending on an event or an answer")),
@@ -279,13 +282,13 @@ class StateRow:
     url: str
 
 
-def _state_rows(backlog: stats.Backlog) -> list[StateRow]:
-    total = backlog.total
+def _state_rows(overview: Overview) -> list[StateRow]:
+    total = overview.backlog.total
     rows = [
         StateRow(State.PENDING.label, total.pending, _("now"), _changelist(state__exact=State.PENDING)),
         StateRow(State.FIRING.label, total.firing, _("now"), _changelist(state__exact=State.FIRING)),
     ]
-    for value, count in backlog.settled_last_day.items():
+    for value, count in overview.settled_day.items():
         label = State(value).label
         rows.append(StateRow(label, count, _("settled in the last 24 h"), _changelist(state__exact=value)))
     return rows

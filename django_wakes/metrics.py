@@ -14,6 +14,8 @@ when the hour turns, which ``rate()`` and ``increase()`` read as a counter reset
 The cost of a scrape is bounded by one hour of traffic. What is lost: the attempts finished between
 the last scrape of an hour and the hour's end (half a scrape interval per hour on average, about 0.2%
 at a 15 s interval). ``django_wakes_counters_since_timestamp_seconds`` tells where the counting began.
+Attempt rows are only ever inserted, so those counters never go down within the hour; settled wakes
+(``django_wakes_settled_total``) go down only if an operator requeues a wake that died this very hour.
 
 Backlog gauges count the live rows (pending and firing) exactly, by kind (at most
 :data:`~django_wakes.stats.KIND_ROWS` kinds; the rest as ``kind="(other kinds)"``).
@@ -99,6 +101,7 @@ def exposition(now: datetime) -> str:
     since = hour_start(now)
     backlog = stats.backlog(now)
     attempts = stats.attempts_by_outcome(since)
+    settled = stats.settled_by_state(since)
     lateness = stats.lateness(since)
     missed = stats.missed_occurrences(since)
     runners = stats.runners(now, wakes_per_runner=0)
@@ -136,11 +139,6 @@ def exposition(now: datetime) -> str:
         [({}, max((now - oldest).total_seconds(), 0.0) if oldest else 0.0)],
     )
     out.gauge(
-        "settled_last_day_wakes",
-        "Wakes that reached each final state in the last 24 hours (dead: the dead letters).",
-        (({"state": state}, count) for state, count in backlog.settled_last_day.items()),
-    )
-    out.gauge(
         "counters_since_timestamp_seconds",
         "Unix time the counters below count from: the start of the current UTC hour (they reset hourly).",
         [({}, since.timestamp())],
@@ -152,9 +150,15 @@ def exposition(now: datetime) -> str:
         (("", {"outcome": outcome}, attempts[outcome]) for outcome in Outcome.values),
     )
     out.family(
+        "settled_total",
+        "counter",
+        "Wakes that reached each final state since the start of the UTC hour (dead: the dead letters).",
+        (("", {"state": state}, count) for state, count in settled.items()),
+    )
+    out.family(
         "lateness_seconds",
         "histogram",
-        "Due-to-start lateness of attempts that settled their wake, finished since the start of the UTC hour.",
+        "Due-to-start lateness of the wakes fired (or expired) since the start of the UTC hour.",
         _histogram_samples(lateness),
     )
     out.family(

@@ -81,16 +81,15 @@ KIND_COUNTS = ("pending", "waiting", "overdue", "due_next_hour", "firing", "laps
 
 @dataclass(frozen=True)
 class Backlog:
-    """The live wakes (exact counts) and how many wakes settled in the last day, by state."""
+    """The live wakes, exact counts by kind and in all, and when the oldest overdue one was due."""
 
     by_kind: list[KindBacklog]
     total: KindBacklog
-    settled_last_day: dict[str, int]
     oldest_overdue: datetime | None
 
 
 def backlog(now: datetime) -> Backlog:
-    """Count the live wakes by kind and the wakes settled in the last day.
+    """Count the live wakes by kind.
 
     One query per live state (``state = 'pending'``, ``state = 'firing'``), not one over both: each
     then matches its state's partial index exactly, where ``state IN (...)`` might scan the table.
@@ -124,19 +123,23 @@ def backlog(now: datetime) -> Backlog:
     total = sum(kinds, KindBacklog("all"))
     if len(kinds) > KIND_ROWS:
         kinds = [*kinds[:KIND_ROWS], sum(kinds[KIND_ROWS:], KindBacklog(OTHER_KINDS))]
-    settled = dict(
-        Wake.objects.filter(state__in=TERMINAL_STATES, updated_at__gte=now - DAY)
-        .values_list("state")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
     oldest = Wake.objects.overdue(now).order_by("due_at").values_list("due_at", flat=True).first()
     return Backlog(
         by_kind=kinds,
         total=total,
-        settled_last_day={state: settled.get(state, 0) for state in TERMINAL_STATES},
         oldest_overdue=oldest,
     )
+
+
+def settled_by_state(since: datetime) -> dict[str, int]:
+    """How many wakes reached each final state since ``since`` (terminal rows by ``updated_at``)."""
+    found = dict(
+        Wake.objects.filter(state__in=TERMINAL_STATES, updated_at__gte=since)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {state: found.get(state, 0) for state in TERMINAL_STATES}
 
 
 @dataclass(frozen=True)

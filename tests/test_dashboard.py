@@ -188,7 +188,8 @@ def test_backlog_counts_live_wakes_by_kind_and_settled_ones_of_the_last_day(cloc
     assert backlog.total == stats.KindBacklog(
         "all", pending=5, waiting=1, overdue=1, due_next_hour=1, firing=2, lapsed=1
     )
-    assert backlog.settled_last_day == {"fired": 1, "expired": 0, "cancelled": 0, "dead": 1, "superseded": 0}
+    settled = stats.settled_by_state(now - stats.DAY)
+    assert settled == {"fired": 1, "expired": 0, "cancelled": 0, "dead": 1, "superseded": 0}
     assert backlog.oldest_overdue == now - timedelta(minutes=5)
 
 

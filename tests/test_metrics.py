@@ -252,7 +252,7 @@ def test_backlog_gauges_by_kind_with_escaped_labels(clock: FakeClock) -> None:
     assert value(families, "django_wakes_due_next_hour_wakes", kind=odd) == 1
     assert value(families, "django_wakes_lapsed_wakes", kind=KIND) == 1
     assert value(families, "django_wakes_oldest_overdue_seconds") == 600
-    assert value(families, "django_wakes_settled_last_day_wakes", state="dead") == 1
+    assert value(families, "django_wakes_settled_total", state="dead") == 1
     assert value(families, "django_wakes_orphaned_wakes") == 1
     assert value(families, "django_wakes_runners", status="live") == 0
 
