@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(PY) manage.py makemigrations django_wakes --check --dry-run
 
-## bench: the benchmark (benchmarks/README.md), in its own venv benchmarks/.env with the peers; ~8-15 min.
+## bench: the benchmark (benchmarks/README.md), then the standard-API tasks one (benchmarks/tasks_api.py), in its own venv benchmarks/.env with the peers; ~8-15 min.
 ## Knobs: BENCH_QUICK=1 for a smoke run, BENCH_N, BENCH_DBS, BENCH_ONLY, ... (see benchmarks/README.md)
 bench:
 	@if [ ! -f benchmarks/.env/.installed ] || [ pyproject.toml -nt benchmarks/.env/.installed ]; then \
@@ -48,6 +48,7 @@ bench:
 			'django-tasks-db[compat]==0.13.0' 'django-tasks==0.12.0' 'procrastinate==3.10.0' && \
 		touch benchmarks/.env/.installed; fi
 	benchmarks/.env/bin/python -m benchmarks.run
+	benchmarks/.env/bin/python -m benchmarks.tasks_api
 
 clean:
 	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache
