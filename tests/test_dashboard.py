@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import django_wakes
@@ -145,6 +147,22 @@ def test_activity_puts_fires_failures_and_dead_letters_in_their_minute(clock: Fa
     assert len(day.fires) == 24
     assert day.fires[-1] == 1 and day.failures[-1] == 1 and day.dead[-1] == 1
     assert sum(day.fires) == 1
+
+
+def test_a_long_sinks_attempt_counts_in_the_minute_it_finished(clock: FakeClock, sinks: Any) -> None:
+    """Windows go by finished_at: a window that had moved past the start would never see the attempt."""
+
+    def slow(wake: Any, result: Any) -> None:
+        clock.advance(timedelta(minutes=5))
+
+    sinks(KIND, then=slow)
+    clock.set(clock.now().replace(hour=12, minute=0))
+    django_wakes.schedule(workspace_id=WS, kind=KIND, at=clock.now())
+    django_wakes.run_due()  # claimed at 12:00, finished at 12:05
+    hour = stats.activity(clock.now(), stats.HOUR, stats.MINUTE)
+    assert hour.fires[hour.times.index(clock.now().replace(second=0, microsecond=0))] == 1
+    assert sum(hour.fires) == 1
+    assert stats.attempts_by_outcome(clock.now().replace(minute=1))["fired"] == 1
 
 
 def test_activity_refuses_other_steps(clock: FakeClock) -> None:
@@ -333,6 +351,30 @@ def test_the_page_shows_the_backlog_lateness_and_runners(clock: FakeClock, sinks
     assert reverse("admin:django_wakes_wake_change", args=[claim.wake.pk]) in page
     assert page.count('role="img"') == 4
     assert "?attention=overdue" in page
+
+
+def test_the_number_of_queries_does_not_grow_with_the_rows(clock: FakeClock, sinks: Any, viewer: Any) -> None:
+    """Aggregates and LIMITs only: ten times the runners, kinds and wakes cost no more queries."""
+    sinks(KIND)
+    client = client_for(viewer)
+
+    def queries_for_a_render() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(reverse(DASHBOARD)).status_code == 200
+        return len(captured)
+
+    def grow(runners: int) -> None:
+        for index in range(runners):
+            runner_rows.register(f"runner-{clock.now().timestamp()}-{index}")
+            for kind in (f"kind-{index}-a", f"kind-{index}-b"):
+                make_row(clock, State.PENDING, kind=kind, due_at=clock.now() - timedelta(minutes=5))
+                make_row(clock, State.FIRING, kind=kind, claimed_by=f"runner-{clock.now().timestamp()}-{index}")
+        fire_late(clock, 0.5)
+
+    grow(2)
+    few = queries_for_a_render()
+    grow(20)
+    assert queries_for_a_render() == few
 
 
 def test_the_app_index_links_to_the_dashboard(viewer: Any) -> None:
