@@ -6,6 +6,7 @@ Concurrent syncs and runners booting together are in ``tests/test_tasks_processe
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from io import StringIO
 from typing import Any
@@ -22,8 +23,8 @@ if not framework_available():
 
 import django_wakes
 from django_wakes.exceptions import InvalidSchedule
-from django_wakes.models import LIVE_STATES, State, Wake
-from django_wakes.tasks import TASK_KIND, periodic, sync_periodic
+from django_wakes.models import LIVE_STATES, State, Wake, WorkspaceLock
+from django_wakes.tasks import TASK_KIND, periodic, sync_periodic, sync_periodic_on_boot
 from django_wakes.tasks.compat import FRAMEWORK, TaskResultStatus
 from django_wakes.tasks.exceptions import PeriodicTaskError
 from django_wakes.tasks.periodic_tasks import declared
@@ -220,3 +221,24 @@ def test_wakes_status_counts_tasks():
     call_command("wakes", "status", stdout=out)
     assert "Tasks (django.tasks) by state" in out.getvalue()
     assert tasks.fail.get_result(str(Wake.objects.filter(state=State.DEAD).get().pk)).status == TaskResultStatus.FAILED
+
+
+def test_runwakes_boot_sync_books_and_reports(caplog):
+    periodic(tasks.record, cron="*/5 * * * *", args=["x"])
+    with caplog.at_level(logging.INFO, logger="django_wakes"):
+        sync_periodic_on_boot()
+    assert "periodic tasks synced: booked=testproject.tasks.record" in caplog.text
+    assert len(live_chains()) == 1
+
+
+def test_runwakes_boot_sync_takes_no_lock_when_there_is_nothing_to_sync():
+    sync_periodic_on_boot()
+    assert not WorkspaceLock.objects.exists()
+    assert not Wake.objects.exists()
+
+
+def test_runwakes_boot_sync_logs_a_bad_declaration_and_goes_on(settings, caplog):
+    settings.WAKES = {**settings.WAKES, "PERIODIC": [{"task": "testproject.tasks.nowhere", "cron": "* * * * *"}]}
+    with caplog.at_level(logging.ERROR, logger="django_wakes"):
+        sync_periodic_on_boot()  # does not raise: the runner still serves everything else
+    assert "periodic tasks were not synced" in caplog.text and "cannot import" in caplog.text

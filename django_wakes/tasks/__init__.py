@@ -63,24 +63,27 @@ def framework_available() -> bool:
 def sync_periodic_on_boot() -> None:
     """Reconcile periodic tasks as ``runwakes`` starts; a failure is logged, never stops the runner.
 
-    Nothing to do without a Tasks framework. A bad declaration or a database that stays away is
-    logged as an error: the runner still serves everything else, and the next boot (or ``manage.py
-    wakes sync-periodic``) tries again.
+    Nothing to do without a Tasks framework, nor when nothing is declared and no periodic chain is
+    live (one read). A bad declaration is logged as an error, a database that stays away as a
+    warning: the runner still serves everything else, and the next boot (or ``manage.py wakes
+    sync-periodic``) tries again.
     """
     if not framework_available():
         return
     from ..engine import TRANSIENT_ERRORS
     from ..exceptions import WakeError
-    from .periodic_tasks import sync_periodic
+    from .periodic_tasks import anything_to_sync, sync_periodic
 
     logger = logging.getLogger("django_wakes")
-    refused: tuple[type[Exception], ...] = (WakeError, *TRANSIENT_ERRORS)
     try:
-        report = sync_periodic()
-    except refused as exc:
+        report = sync_periodic() if anything_to_sync() else None
+    except WakeError as exc:
         logger.error("periodic tasks were not synced: %s", exc)
         return
-    if report.changed:
+    except TRANSIENT_ERRORS as exc:
+        logger.warning("periodic tasks were not synced (database unavailable: %s); the next boot tries again", exc)
+        return
+    if report is not None and report.changed:
         logger.info(
             "periodic tasks synced: booked=%s replanned=%s ended=%s kept=%d",
             ",".join(report.booked) or "-",

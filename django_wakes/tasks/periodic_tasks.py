@@ -32,6 +32,7 @@ from ..durations import Duration, parse_duration
 from ..engine.shared import lock_or_create, retry_rolled_back
 from ..exceptions import InvalidWake
 from ..models import LIVE_STATES, Wake, WorkspaceLock
+from ..querysets import WakeQuerySet
 from ..validation import key
 from . import TASK_KIND, options
 from .compat import Task
@@ -236,6 +237,19 @@ def wanted() -> dict[str, PeriodicTask]:
     return entries
 
 
+def _live_chains(using: str) -> WakeQuerySet:
+    """The live occurrences of periodic tasks' chains (only periodic tasks make chains of task wakes)."""
+    return Wake.objects.using(using).filter(kind=TASK_KIND, chain_id__isnull=False, state__in=LIVE_STATES)
+
+
+def anything_to_sync() -> bool:
+    """Whether a sync could change anything: something is declared, or a periodic chain is live.
+
+    ``runwakes`` asks first, so a project without periodic tasks pays one read at boot, and no lock.
+    """
+    return bool(wanted()) or _live_chains(engine.db_alias()).exists()
+
+
 def _sync() -> SyncReport:
     using = engine.db_alias()
     report = SyncReport()
@@ -243,8 +257,7 @@ def _sync() -> SyncReport:
     with transaction.atomic(using=using):
         lock_or_create(WorkspaceLock.objects.using(using).all(), {"workspace_id": SYNC_LOCK})
         live: dict[str, list[Wake]] = {}
-        rows = Wake.objects.using(using).filter(kind=TASK_KIND, chain_id__isnull=False, state__in=LIVE_STATES)
-        for wake in rows.order_by("id"):
+        for wake in _live_chains(using).order_by("id"):
             name = (wake.intent or {}).get("periodic")
             if isinstance(name, str):
                 live.setdefault(name, []).append(wake)
