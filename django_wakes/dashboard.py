@@ -91,7 +91,7 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "kinds": _kind_rows(overview.backlog),
         "states": _state_rows(overview),
         "missed": sorted(overview.missed_day.items()),
-        "runners": _runner_rows(overview.runners),
+        "runners": _runner_rows(overview.runners, overview.now),
     }
     return TemplateResponse(request, "admin/django_wakes/dashboard.html", context)
 
@@ -129,6 +129,8 @@ def _changelist(**query: str) -> str:
 
 @dataclass(frozen=True)
 class Card:
+    """One big number of the backlog row; ``alarm`` frames it red (something needs a person)."""
+
     label: str
     value: int
     hint: str
@@ -177,6 +179,8 @@ def _cards(overview: Overview) -> list[Card]:
 
 @dataclass(frozen=True)
 class LatenessRow:
+    """Throughput and lateness over one window, formatted for the table."""
+
     window: str
     measured: int
     p50: str
@@ -187,11 +191,13 @@ class LatenessRow:
 
 def _lateness_rows(overview: Overview) -> list[LatenessRow]:
     rows = []
-    for window, histogram, activity, minutes in (
-        (_("last hour"), overview.lateness_hour, overview.last_hour, 60),
-        (_("last 24 hours"), overview.lateness_day, overview.last_day, 24 * 60),
+    for window, histogram, activity in (
+        (_("last hour"), overview.lateness_hour, overview.last_hour),
+        (_("last 24 hours"), overview.lateness_day, overview.last_day),
     ):
         top = histogram.bounds[-1]
+        # the buckets start at a whole minute or hour: divide by the minutes they really cover
+        minutes = max((overview.now - activity.start) / timedelta(minutes=1), 1.0)
         rows.append(
             LatenessRow(
                 window=window,
@@ -266,6 +272,8 @@ def _charts(overview: Overview) -> dict[str, SafeString]:
 
 @dataclass(frozen=True)
 class KindRow:
+    """A kind's live counts and the wake list filtered to it (none for the summed rest)."""
+
     backlog: stats.KindBacklog
     url: str
 
@@ -276,6 +284,8 @@ def _kind_rows(backlog: stats.Backlog) -> list[KindRow]:
 
 @dataclass(frozen=True)
 class StateRow:
+    """A state's count, over which window it was counted, and the wake list filtered to it."""
+
     state: StrOrPromise
     count: int
     window: str
@@ -296,6 +306,8 @@ def _state_rows(overview: Overview) -> list[StateRow]:
 
 @dataclass(frozen=True)
 class RunnerRow:
+    """A live runner with links to its page and to the wakes it holds."""
+
     in_hand: stats.RunnerInHand
     url: str
     started: SafeString | str
@@ -303,8 +315,7 @@ class RunnerRow:
     wakes: list[tuple[stats.HeldWake, str, SafeString | str]]
 
 
-def _runner_rows(runners: stats.Runners) -> list[RunnerRow]:
-    now = clock.now()
+def _runner_rows(runners: stats.Runners, now: datetime) -> list[RunnerRow]:
     rows = []
     for entry in runners.live:
         runner = entry.runner

@@ -377,6 +377,19 @@ def test_the_number_of_queries_does_not_grow_with_the_rows(clock: FakeClock, sin
     assert queries_for_a_render() == few
 
 
+def test_fires_per_minute_divide_by_the_minutes_the_window_covers(clock: FakeClock, sinks: Any, viewer: Any) -> None:
+    sinks(KIND)
+    clock.set(clock.now().replace(hour=11, minute=30))
+    for _ in range(300):
+        django_wakes.schedule(workspace_id=WS, kind=KIND, at=clock.now())
+    while django_wakes.run_due().fired:
+        pass
+    clock.set(clock.now().replace(hour=12, minute=0, second=30))
+    (last_hour, last_day) = client_for(viewer).get(reverse(DASHBOARD)).context["lateness"]
+    assert last_hour.fires_per_minute == "5.04"  # 300 / 59.5: the minute buckets start at 11:01:00
+    assert last_day.fires_per_minute == "0.22"  # 300 / 1380.5: the hour buckets start at 13:00 yesterday
+
+
 def test_the_app_index_links_to_the_dashboard(viewer: Any) -> None:
     page = client_for(viewer).get(reverse("admin:app_list", args=["django_wakes"])).content.decode()
     assert f'href="{reverse(DASHBOARD)}"' in page
