@@ -23,7 +23,7 @@ from . import TASK_KIND, options, results
 from .compat import TaskContext, TaskError, TaskResultStatus, normalize_json, task_finished, task_started
 
 
-def run_task(wake: Wake, result: dict[str, Any]) -> Done | Retry:
+def run_task(wake: Wake, result: dict[str, Any]) -> Done | Retry | None:
     """Run the task of ``wake``; return its outcome for the engine to settle under the claim's fence."""
     task = results.load_task(wake)
     sender = type(task.get_backend())
@@ -52,7 +52,8 @@ def run_task(wake: Wake, result: dict[str, Any]) -> Done | Retry:
         raise
     results.set_status(task_result, TaskResultStatus.SUCCESSFUL, finished_at=clock.now(), _return_value=value)
     task_finished.send(sender=sender, task_result=task_result)
-    return Done(output=value)
+    # ``None`` is what the wake's output already holds: returning nothing spares the settle a write per task.
+    return Done(output=value) if value is not None else None
 
 
 def _storable(value: Any) -> Any:
