@@ -131,11 +131,11 @@ def test_registration_waits_for_the_database(loop, sinks, monkeypatch):  # noqa:
     real_register = runners.register
     failures = {"left": 3}
 
-    def flaky_register(runner_id: str) -> None:
+    def flaky_register(runner_id: str, kinds: list[str] | None = None) -> None:
         if failures["left"] > 0:
             failures["left"] -= 1
             raise OperationalError("the database system is starting up")
-        real_register(runner_id)
+        real_register(runner_id, kinds)
 
     monkeypatch.setattr(runners, "register", flaky_register)
     calls = sinks("t.boot")
