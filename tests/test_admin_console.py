@@ -228,6 +228,17 @@ def test_a_runner_records_its_kinds_when_it_registers() -> None:
     assert Runner.objects.get(pk="host-z:9:zzz").kinds == ["a.kind", "b.kind"]
 
 
+def test_runwakes_registers_with_the_kinds_of_its_registry(sinks: Any) -> None:
+    from django_wakes.runner import Sweeper
+    from django_wakes.sinks import registry
+
+    sinks("only.on.runners")
+    sweeper = Sweeper(interval=0.05, lease=timedelta(seconds=30), listen=False)
+    sweeper._register()  # what run() does first
+    kinds = Runner.objects.get(pk=sweeper.runner_id).kinds
+    assert kinds == registry.kinds() and "only.on.runners" in kinds
+
+
 # --------------------------------------------------------------------------------------------------
 # The wake page: attempts, in flight, runner links
 # --------------------------------------------------------------------------------------------------
