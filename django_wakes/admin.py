@@ -172,6 +172,12 @@ def why(wake: Wake, attention: Attention) -> str:
     now = attention.now
     if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
         return _("due for %(span)s") % {"span": seconds(now - wake.due_at)}
+    if attention.lapsed(wake) and wake.lease_until is not None:
+        return format_html(
+            '<strong class="wake-lapsed">{}</strong>',
+            _("lease lapsed %(span)s ago: its runner is gone; any runner re-drives it")
+            % {"span": seconds(now - wake.lease_until)},
+        )
     if wake.state == State.FIRING:
         running = attention.running_for(wake)
         return _("firing for %(span)s") % {"span": seconds(running)} if running is not None else ""

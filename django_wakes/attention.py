@@ -1,6 +1,6 @@
 """What needs an operator's attention beyond the state column: hung and unwakeable wakes (read-only, bounded).
 
-* **Hung**: a firing wake whose current claim has been running longer than the lease
+* **Hung**: a firing wake, its lease still held, whose current claim has been running longer than the lease
   (``WAKES["LEASE"]``; a live runner renews its lease, so the lease alone never says a sink hangs), or
   far longer than its kind usually takes: more than :data:`HUNG_FACTOR` times the median duration of
   the kind's recent fired attempts, and at least :data:`HUNG_FLOOR`.
@@ -121,8 +121,8 @@ class Attention:
     def hung_reason(self, wake: Wake) -> str:
         """Why this firing wake counts as hung, or ``""``."""
         running = self.running_for(wake)
-        if running is None:
-            return ""
+        if running is None or self.lapsed(wake):
+            return ""  # a lapsed lease means the runner is gone, not that its sink hangs
         lease = wakes_settings.lease
         if running > lease:
             return f"firing for {seconds(running)}, longer than its lease ({seconds(lease)})"
@@ -130,6 +130,10 @@ class Attention:
         if usual is not None and running > max(usual * HUNG_FACTOR, HUNG_FLOOR):
             return f"firing for {seconds(running)}; {wake.kind} usually takes {seconds(usual)}"
         return ""
+
+    def lapsed(self, wake: Wake) -> bool:
+        """Whether a firing wake's lease ran out (its runner died or stalled; any runner re-drives it)."""
+        return wake.state == State.FIRING and wake.lease_until is not None and wake.lease_until <= self.now
 
     def hung(self, wakes: WakeQuerySet) -> WakeQuerySet:
         """The firing wakes :meth:`hung_reason` has a reason for."""

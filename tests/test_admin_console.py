@@ -167,8 +167,9 @@ def test_a_sink_hung_past_its_lease_under_a_live_runner_is_hung_not_lapsed(admin
         hung.lease_until = START + timedelta(seconds=10)
         hung.save()
         fresh = firing(claimed_at=START - timedelta(seconds=2))
-        assert shown_ids(page(admin_client, attention="hung")) == {hung.pk}
-        assert shown_ids(page(admin_client, attention="lapsed")) == set()
+        gone = firing(claimed_at=START - timedelta(seconds=75), lease_until=START - timedelta(seconds=1))
+        assert shown_ids(page(admin_client, attention="hung")) == {hung.pk}  # a lapsed lease is another story
+        assert shown_ids(page(admin_client, attention="lapsed")) == {gone.pk}
         assert shown_ids(page(admin_client, attention="overdue")) == set()
         html = page(admin_client).content.decode()
         assert "hung: firing for 1m15s, longer than its lease (15s)" in html
@@ -263,6 +264,8 @@ def test_a_lapsed_wake_shows_its_in_flight_attempt_and_links_its_runner(admin_cl
     assert f'<a href="{runner_url}">host-a:1:aaa</a>' in html  # in flight, and "claimed by"
     assert html.count(f'<a href="{runner_url}">') == 2
     assert 'class="wake-lapsed">lapsed' in html
+    assert "lease lapsed 30s ago: its runner is gone" in html  # the why: lapsed, not hung
+    assert "hung:" not in html
     assert "host-gone:2:bbb <span" in html and "(gone)" in html  # its row aged out: no dead link
 
 
