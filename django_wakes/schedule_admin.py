@@ -261,8 +261,10 @@ def _act(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, template:
             "chain_url": chain_url,
         }
         if form is not None:
-            context["start"] = form.cleaned_data["start"].astimezone(zone)
-            context["end"] = form.cleaned_data["end"].astimezone(zone)
+            start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+            context["start"], context["end"] = start.astimezone(zone), end.astimezone(zone)
+            # How many slots of the schedule the range holds (up to now): what the operator is about to look at.
+            context["slots"] = recurrence.grid_for(template).count(start - _TINY, min(end, clock.now()))
         return TemplateResponse(request, "admin/django_wakes/chain/confirm.html", context)
     try:
         said = _run(action, chain_id, request, form)

@@ -139,6 +139,7 @@ def test_the_chain_page_shows_history_next_times_and_runs_its_buttons(
         browser.driver.execute_script("arguments[0].value = arguments[1]", browser.find(f'[name="{name}"]'), value)
     press(browser, "#chain-backfill")
     assert "Backfill chain" in browser.text("#chain-confirm-text")
+    assert "The range holds 2 slots of the schedule up to now." in browser.text("#chain-confirm-text")
     screenshot(browser, "chain-confirm-backfill")
     press(browser, "#chain-confirm")
     assert "2 slot(s) booked; 1 of them skipped earlier by catch-up" in browser.text(".messagelist")
