@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from . import clock, stats
+from .attention import Attention
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -38,6 +39,7 @@ class Overview:
 
     now: datetime
     backlog: stats.Backlog
+    hung: int
     settled_day: dict[str, int]
     lateness_hour: stats.Histogram
     lateness_day: stats.Histogram
@@ -51,7 +53,9 @@ class Overview:
 def read_overview(now: datetime) -> Overview:
     """Run the dashboard's queries (each bounded: see :mod:`.stats`) and time them together."""
     started = time.perf_counter()
-    backlog = stats.backlog(now)
+    attention = Attention(now)
+    backlog = stats.backlog(now, attention.fireable_kinds)
+    hung = stats.hung(attention)
     settled_day = stats.settled_by_state(now - stats.DAY)
     lateness_hour = stats.lateness(now - stats.HOUR)
     lateness_day = stats.lateness(now - stats.DAY)
@@ -62,6 +66,7 @@ def read_overview(now: datetime) -> Overview:
     return Overview(
         now=now,
         backlog=backlog,
+        hung=hung,
         settled_day=settled_day,
         lateness_hour=lateness_hour,
         lateness_day=lateness_day,
@@ -138,13 +143,25 @@ class Card:
     alarm: bool = False
 
 
-def _cards(overview: Overview) -> list[Card]:
+def _cards(overview: Overview) -> list[list[Card]]:
+    """Two rows: where the wakes are, then what needs a person (each framed red when it is not zero)."""
     total, runners = overview.backlog.total, overview.runners
     dead = overview.settled_day.get(State.DEAD, 0)
-    return [
+    unwakeable = overview.backlog.unwakeable or 0
+    flow = [
         Card(_("pending"), total.pending, _("live, waiting for their time"), _changelist(state__exact=State.PENDING)),
         Card(_("waiting"), total.waiting, _("pending on an event or an answer")),
         Card(_("due in the next hour"), total.due_next_hour, _("pending, due within 60 minutes")),
+        Card(_("firing"), total.firing, _("held by a runner now"), _changelist(state__exact=State.FIRING)),
+        Card(
+            _("live runners"),
+            runners.live_count,
+            _("heartbeat recent"),
+            reverse("admin:django_wakes_runner_changelist"),
+            alarm=runners.live_count == 0,
+        ),
+    ]
+    attention = [
         Card(
             _("overdue"),
             total.overdue,
@@ -152,7 +169,20 @@ def _cards(overview: Overview) -> list[Card]:
             _changelist(attention="overdue"),
             alarm=total.overdue > 0,
         ),
-        Card(_("firing"), total.firing, _("held by a runner now"), _changelist(state__exact=State.FIRING)),
+        Card(
+            _("unwakeable"),
+            unwakeable,
+            _("due, but no live runner fires its kind"),
+            _changelist(attention="unwakeable"),
+            alarm=unwakeable > 0,
+        ),
+        Card(
+            _("hung"),
+            overview.hung,
+            _("firing longer than its lease or its kind's usual time"),
+            _changelist(attention="hung"),
+            alarm=overview.hung > 0,
+        ),
         Card(
             _("lease lapsed"),
             total.lapsed,
@@ -167,14 +197,8 @@ def _cards(overview: Overview) -> list[Card]:
             _changelist(state__exact=State.DEAD),
             alarm=dead > 0,
         ),
-        Card(
-            _("live runners"),
-            runners.live_count,
-            _("heartbeat recent"),
-            reverse("admin:django_wakes_runner_changelist"),
-            alarm=runners.live_count == 0,
-        ),
     ]
+    return [flow, attention]
 
 
 @dataclass(frozen=True)
@@ -272,14 +296,21 @@ def _charts(overview: Overview) -> dict[str, SafeString]:
 
 @dataclass(frozen=True)
 class KindRow:
-    """A kind's live counts and the wake list filtered to it (none for the summed rest)."""
+    """A kind's live counts, its wake list (none for the summed rest), and whether no live runner fires it."""
 
     backlog: stats.KindBacklog
     url: str
+    unserved: bool
 
 
 def _kind_rows(backlog: stats.Backlog) -> list[KindRow]:
-    return [KindRow(k, "" if k.kind == stats.OTHER_KINDS else _changelist(kind__exact=k.kind)) for k in backlog.by_kind]
+    fireable = backlog.fireable_kinds
+    rows = []
+    for k in backlog.by_kind:
+        other = k.kind == stats.OTHER_KINDS
+        unserved = not other and fireable is not None and k.kind not in fireable
+        rows.append(KindRow(k, "" if other else _changelist(kind__exact=k.kind), unserved))
+    return rows
 
 
 @dataclass(frozen=True)

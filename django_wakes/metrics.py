@@ -38,6 +38,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from . import clock, stats
+from .attention import Attention
 from .conf import wakes_settings
 from .states import Outcome
 
@@ -99,7 +100,9 @@ def exposition(now: datetime) -> str:
     """Read the database and render every metric family (see the module's docstring for what and why)."""
     started = time.perf_counter()
     since = hour_start(now)
-    backlog = stats.backlog(now)
+    attention = Attention(now)
+    backlog = stats.backlog(now, attention.fireable_kinds)
+    hung = stats.hung(attention)
     attempts = stats.attempts_by_outcome(since)
     settled = stats.settled_by_state(since)
     lateness = stats.lateness(since)
@@ -131,6 +134,16 @@ def exposition(now: datetime) -> str:
         "lapsed_wakes",
         "Firing wakes whose lease ran out (their runner is gone; another takes them over).",
         (({"kind": k.kind}, k.lapsed) for k in kinds),
+    )
+    out.gauge(
+        "unwakeable_wakes",
+        "Due (or lapsed) wakes of a kind no live runner fires: no runner will ever take them as things are.",
+        [({}, backlog.unwakeable or 0)],
+    )
+    out.gauge(
+        "hung_wakes",
+        "Firing wakes running longer than the lease or far longer than their kind usually takes.",
+        [({}, hung)],
     )
     oldest = backlog.oldest_overdue
     out.gauge(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +37,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncHour, TruncMinute
 from django.db.models.lookups import LessThanOrEqual
 
+from .attention import FIRING_LIMIT, Attention
 from .models import Runner, Wake, WakeAttempt
 from .querysets import OVERDUE_AFTER
 from .states import TERMINAL_STATES, Outcome, State
@@ -64,6 +66,7 @@ class KindBacklog:
     kind: str
     pending: int = 0
     waiting: int = 0  # pending with no due time: waiting for an event or an answer
+    due: int = 0  # pending, due now (overdue ones included)
     overdue: int = 0
     due_next_hour: int = 0
     firing: int = 0
@@ -76,20 +79,26 @@ class KindBacklog:
         )
 
 
-KIND_COUNTS = ("pending", "waiting", "overdue", "due_next_hour", "firing", "lapsed")
+KIND_COUNTS = ("pending", "waiting", "due", "overdue", "due_next_hour", "firing", "lapsed")
 
 
 @dataclass(frozen=True)
 class Backlog:
-    """The live wakes, exact counts by kind and in all, and when the oldest overdue one was due."""
+    """The live wakes, exact counts by kind and in all, and when the oldest overdue one was due.
+
+    ``unwakeable``: due (or lapsed) wakes of a kind outside the fireable kinds :func:`backlog` was
+    given (:attr:`~django_wakes.attention.Attention.fireable_kinds`); ``None`` when none were given.
+    """
 
     by_kind: list[KindBacklog]
     total: KindBacklog
     oldest_overdue: datetime | None
+    unwakeable: int | None = None
+    fireable_kinds: frozenset[str] | None = None
 
 
-def backlog(now: datetime) -> Backlog:
-    """Count the live wakes by kind.
+def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Backlog:
+    """Count the live wakes by kind, and the unwakeable ones when the kinds some runner fires are given.
 
     One query per live state (``state = 'pending'``, ``state = 'firing'``), not one over both: each
     then matches its state's partial index exactly, where ``state IN (...)`` might scan the table.
@@ -101,13 +110,14 @@ def backlog(now: datetime) -> Backlog:
         .annotate(
             pending=Count("id"),
             waiting=Count("id", filter=Q(due_at__isnull=True)),
+            due=Count("id", filter=Q(due_at__lte=now)),
             overdue=Count("id", filter=Q(due_at__lt=now - OVERDUE_AFTER)),
             due_next_hour=Count("id", filter=Q(due_at__gte=now, due_at__lt=now + HOUR)),
         )
         .order_by()
     )
-    for kind, pending, waiting, overdue, due_next_hour in pending_rows:
-        counts[kind].update(pending=pending, waiting=waiting, overdue=overdue, due_next_hour=due_next_hour)
+    for kind, pending, waiting, due, overdue, due_next_hour in pending_rows:
+        counts[kind].update(pending=pending, waiting=waiting, due=due, overdue=overdue, due_next_hour=due_next_hour)
     firing_rows = (
         Wake.objects.filter(state=State.FIRING)
         .values_list("kind")
@@ -121,6 +131,8 @@ def backlog(now: datetime) -> Backlog:
         key=lambda k: (-(k.pending + k.firing), k.kind),
     )
     total = sum(kinds, KindBacklog("all"))
+    fireable = None if fireable_kinds is None else frozenset(fireable_kinds)
+    unwakeable = None if fireable is None else sum(k.due + k.lapsed for k in kinds if k.kind not in fireable)
     if len(kinds) > KIND_ROWS:
         kinds = [*kinds[:KIND_ROWS], sum(kinds[KIND_ROWS:], KindBacklog(OTHER_KINDS))]
     oldest = Wake.objects.overdue(now).order_by("due_at").values_list("due_at", flat=True).first()
@@ -128,7 +140,18 @@ def backlog(now: datetime) -> Backlog:
         by_kind=kinds,
         total=total,
         oldest_overdue=oldest,
+        unwakeable=unwakeable,
+        fireable_kinds=fireable,
     )
+
+
+def hung(attention: Attention) -> int:
+    """How many firing wakes have run longer than their lease or their kind's usual time (``attention``'s rule).
+
+    Reads at most :data:`~django_wakes.attention.FIRING_LIMIT` firing rows, oldest claims first.
+    """
+    firing = Wake.objects.filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
+    return sum(1 for wake in firing if attention.hung_reason(wake))
 
 
 def settled_by_state(since: datetime) -> dict[str, int]:

@@ -104,14 +104,25 @@ def make_a_day(sinks: Any) -> dict[str, int]:
         django_wakes.schedule(workspace_id=WS, kind="billing.invoice", at=now)
     held = engine.claim_batch(runner_id="web-1:4242:runner", limit=2)
     held += engine.claim_batch(runner_id="web-2:4343:runner", limit=1)
-    return {"fired": fired, "held": len(held)}
+    # a sink that has hung for 8 minutes under a live runner that keeps renewing its lease
+    stuck = django_wakes.schedule(workspace_id=WS, kind="reminder.email", at=now - timedelta(minutes=8))
+    Wake.objects.filter(pk=stuck.pk).update(
+        state=State.FIRING,
+        claimed_by="web-2:4343:runner",
+        claimed_at=now - timedelta(minutes=8),
+        lease_until=timezone.now() + timedelta(minutes=1),
+        claim_token="h" * 32,
+        attempts=1,
+    )
+    return {"fired": fired, "held": len(held) + 1}
 
 
 def card(browser: Browser, label: str) -> int:
     return int(browser.find(f'[data-card="{label}"] .value').text)
 
 
-def test_the_dashboard_at_a_glance(wide: Browser, operator: Any, sinks: Any) -> None:
+def test_the_dashboard_at_a_glance(wide: Browser, operator: Any, sinks: Any, settings: Any) -> None:
+    settings.WAKES = {**settings.WAKES, "LEASE": "5m"}  # the hung wake has run 8 minutes: past the lease
     browser = wide
     made = make_a_day(sinks)
     log_in(browser, operator)
@@ -121,15 +132,17 @@ def test_the_dashboard_at_a_glance(wide: Browser, operator: Any, sinks: Any) -> 
     assert browser.driver.title.startswith("Wakes dashboard")
 
     assert card(browser, "overdue") == 4  # legacy.export: no sink, due 12 minutes ago
+    assert card(browser, "unwakeable") == 4  # ... and told apart: no runner fires legacy.export
+    assert card(browser, "hung") == 1  # firing for 8 minutes, longer than the 5-minute lease
     assert card(browser, "waiting") == 3
-    assert card(browser, "firing") == made["held"] == 3
+    assert card(browser, "firing") == made["held"] == 4
     assert card(browser, "live runners") == 2
     assert card(browser, "dead letters today") == Wake.objects.filter(state=State.DEAD).count() > 0
     assert card(browser, "due in the next hour") == 20  # reminders due in 4, 7, ... 58 minutes; the chain's next
     assert "alarm" in browser.find('[data-card="overdue"]').get_attribute("class")
 
     kinds = browser.text("#kinds")
-    assert "legacy.export" in kinds and "reminder.email" in kinds
+    assert "legacy.export no live runner fires it" in kinds and "reminder.email" in kinds
     runners = browser.text("#runners")
     assert "web-1:4242:runner" in runners and "web-2:4343:runner" in runners
     assert browser.driver.find_elements("css selector", "#runners ul.held a")  # links to the held wakes

@@ -201,11 +201,16 @@ def test_backlog_counts_live_wakes_by_kind_and_settled_ones_of_the_last_day(cloc
 
     backlog = stats.backlog(now)
     by_kind = {k.kind: k for k in backlog.by_kind}
-    assert by_kind[KIND] == stats.KindBacklog(KIND, pending=4, overdue=1, due_next_hour=1)
+    assert by_kind[KIND] == stats.KindBacklog(KIND, pending=4, due=2, overdue=1, due_next_hour=1)
     assert by_kind[OTHER] == stats.KindBacklog(OTHER, pending=1, waiting=1, firing=2, lapsed=1)
     assert backlog.total == stats.KindBacklog(
-        "all", pending=5, waiting=1, overdue=1, due_next_hour=1, firing=2, lapsed=1
+        "all", pending=5, waiting=1, due=2, overdue=1, due_next_hour=1, firing=2, lapsed=1
     )
+    assert backlog.unwakeable is None  # not asked: no fireable kinds given
+    # unwakeable: due pending and lapsed firing wakes of the kinds no runner fires
+    assert stats.backlog(now, fireable_kinds=[KIND]).unwakeable == 1  # OTHER's lapsed one
+    assert stats.backlog(now, fireable_kinds=[OTHER]).unwakeable == 2  # KIND's two due ones
+    assert stats.backlog(now, fireable_kinds=[KIND, OTHER]).unwakeable == 0
     settled = stats.settled_by_state(now - stats.DAY)
     assert settled == {"fired": 1, "expired": 0, "cancelled": 0, "dead": 1, "superseded": 0}
     assert backlog.oldest_overdue == now - timedelta(minutes=5)
@@ -341,7 +346,7 @@ def test_the_page_shows_the_backlog_lateness_and_runners(clock: FakeClock, sinks
     response = client_for(viewer).get(reverse(DASHBOARD))
     assert response.status_code == 200
     page = response.content.decode()
-    cards = {card.label: card.value for card in response.context["cards"]}
+    cards = {card.label: card.value for row in response.context["cards"] for card in row}
     assert cards["overdue"] == 1 and cards["firing"] == 1 and cards["live runners"] == 1
     lateness = response.context["lateness"]
     # one attempt 0.3 s late, in the (0.25 s, 0.5 s] bucket: p50 interpolates to its middle
@@ -388,6 +393,35 @@ def test_fires_per_minute_divide_by_the_minutes_the_window_covers(clock: FakeClo
     (last_hour, last_day) = client_for(viewer).get(reverse(DASHBOARD)).context["lateness"]
     assert last_hour.fires_per_minute == "5.04"  # 300 / 59.5: the minute buckets start at 11:01:00
     assert last_day.fires_per_minute == "0.22"  # 300 / 1380.5: the hour buckets start at 13:00 yesterday
+
+
+def test_the_page_tells_unwakeable_and_hung_wakes_apart_from_overdue(
+    clock: FakeClock, sinks: Any, viewer: Any, settings: Any
+) -> None:
+    settings.WAKES = {**settings.WAKES, "LEASE": "15s"}
+    sinks(KIND)
+    sinks(OTHER)  # this process could fire OTHER, but the one live runner records only KIND
+    runner_rows.register("runner-of-kind", kinds=[KIND])
+    now = clock.now()
+    make_row(clock, State.PENDING, kind=OTHER, due_at=now - timedelta(seconds=30))  # due, nobody fires OTHER
+    make_row(clock, State.PENDING, kind=KIND, due_at=now - timedelta(minutes=5))  # overdue, but fireable
+    make_row(  # a live runner keeps renewing its lease, but its sink has run for 75 s
+        clock,
+        State.FIRING,
+        claimed_by="runner-of-kind",
+        claimed_at=now - timedelta(seconds=75),
+        lease_until=now + timedelta(seconds=10),
+    )
+    make_row(clock, State.FIRING, claimed_by="runner-of-kind", claimed_at=now, lease_until=now + timedelta(seconds=15))
+
+    response = client_for(viewer).get(reverse(DASHBOARD))
+    cards = {card.label: card.value for row in response.context["cards"] for card in row}
+    assert (cards["unwakeable"], cards["overdue"], cards["hung"], cards["firing"]) == (1, 1, 1, 2)
+    kinds = {row.backlog.kind: row.unserved for row in response.context["kinds"]}
+    assert kinds == {OTHER: True, KIND: False}
+    page = response.content.decode()
+    assert "no live runner fires it" in page
+    assert "?attention=unwakeable" in page and "?attention=hung" in page
 
 
 def test_the_app_index_links_to_the_dashboard(viewer: Any) -> None:

@@ -20,6 +20,7 @@ from django.urls import reverse
 
 import django_wakes
 from django_wakes import metrics
+from django_wakes.engine import runners as runner_rows
 from django_wakes.models import State, TriggerType, Wake
 from django_wakes.testing import FakeClock
 
@@ -255,6 +256,26 @@ def test_backlog_gauges_by_kind_with_escaped_labels(clock: FakeClock) -> None:
     assert value(families, "django_wakes_settled_total", state="dead") == 1
     assert value(families, "django_wakes_orphaned_wakes") == 1
     assert value(families, "django_wakes_runners", status="live") == 0
+
+
+def test_unwakeable_and_hung_gauges(clock: FakeClock, settings: Any) -> None:
+    settings.WAKES = {**settings.WAKES, "LEASE": "15s"}
+    runner_rows.register("runner-of-kind", kinds=[KIND])
+    now = clock.now()
+    common = {"workspace_id": WS, "trigger_type": TriggerType.AT, "created_at": now, "updated_at": now}
+    Wake.objects.create(kind="nobody.fires.this", state=State.PENDING, due_at=now, **common)
+    Wake.objects.create(kind=KIND, state=State.PENDING, due_at=now + timedelta(hours=2), **common)
+    Wake.objects.create(
+        kind=KIND,
+        state=State.FIRING,
+        claimed_by="runner-of-kind",
+        claimed_at=now - timedelta(seconds=16),
+        lease_until=now + timedelta(seconds=10),
+        **common,
+    )
+    families = scrape(clock)
+    assert value(families, "django_wakes_unwakeable_wakes") == 1
+    assert value(families, "django_wakes_hung_wakes") == 1
 
 
 def test_missed_occurrences_are_counted_once_when_the_occurrence_settles(clock: FakeClock, sinks: Any) -> None:
