@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_wakes.tasks import framework_available
 from tests.tasks_framework import no_tasks_framework
@@ -72,6 +72,26 @@ def test_tasks_run_in_a_runner_process_and_their_results_are_read_here(procs: Pr
     # what the task functions did, they did in the runner, once each
     ran = {row["task"]: row["pid"] for row in procs.records("task-*")}
     assert ran == {"add": runner.pid, "send_email": runner.pid, "fail": runner.pid, "async_double": runner.pid}
+
+
+@needs_server  # SQLite: the open transaction would keep the other process from writing at all
+def test_a_task_enqueued_in_an_open_transaction_runs_only_after_commit(procs: Procs):
+    runner = procs.runner("r", "--interval", "0.2")
+    with transaction.atomic():
+        held = tasks.record.enqueue("held")
+        # another process enqueues (and commits) a canary: once the runner has finished it, it has
+        # looked at the table while this transaction held the first task uncommitted
+        enqueued = procs.manage(
+            "shell", "-c", "from testproject.tasks import record; print(record.enqueue('canary').id)"
+        )
+        assert enqueued.returncode == 0, enqueued.stderr
+        canary = tasks.record.get_result(enqueued.stdout.split()[-1])
+        wait_for(lambda: finished(canary) or procs.alive(runner), timeout=60, what="the runner to run the canary")
+        assert [r["label"] for r in procs.records("task-record")] == ["canary"]
+    wait_for(lambda: finished(held) or procs.alive(runner), timeout=60, what="the runner to run the committed task")
+    assert held.status == TaskResultStatus.SUCCESSFUL
+    assert sorted(r["label"] for r in procs.records("task-record")) == ["canary", "held"]
+    procs.stop(runner)
 
 
 def test_a_runner_killed_mid_task_leaves_the_task_to_the_next_runner(procs: Procs):
