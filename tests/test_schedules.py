@@ -274,6 +274,17 @@ def test_backfill_leaves_a_slot_latest_fired_for(clock: FakeClock, calls: Any) -
 
 
 @pytest.mark.django_db
+def test_backfill_finds_the_fold_behind_a_firing_triggered_by_hand(clock: FakeClock, calls: Any) -> None:
+    first = hourly(catch_up="latest")
+    clock.set(T0 + HOUR + timedelta(minutes=10))  # runners are down; the operator fires it by hand
+    django_wakes.trigger_chain(first.chain_id)
+    clock.set(T0 + 5 * HOUR + timedelta(minutes=30))
+    django_wakes.run_due()  # the manual firing, and 13:00 standing for 17:00
+    done = django_wakes.backfill_chain(first.chain_id, start=T0 + 2 * HOUR, end=clock.now())
+    assert [w.fire_at for w in done.booked] == [T0 + 2 * HOUR, T0 + 3 * HOUR, T0 + 4 * HOUR]  # not 17:00
+
+
+@pytest.mark.django_db
 def test_backfill_stops_before_the_live_occurrence(clock: FakeClock, calls: Any) -> None:
     """Slots from the live occurrence on are the chain's own (its catch-up folds them): not backfilled."""
     first = _outage(clock, "latest")  # 13:00 fired for 17:00; 18:00 is pending

@@ -252,11 +252,12 @@ def _covered(using: str, chain_id: str, start: datetime, until: datetime) -> set
     """Slots of ``[start, until]`` some occurrence already fired (or will) for, its own or a newer one.
 
     A ``catch_up="latest"`` firing stands for a newer slot than its row's (``result["slot"]``); that
-    row may be the newest one before ``start``.
+    row may be the chain's newest recurring row before ``start``.
     """
     rows = _rows(using, chain_id).exclude(state__in=(State.CANCELLED, State.SUPERSEDED))
     window = list(rows.filter(fire_at__gte=start, fire_at__lte=until).values_list("result", flat=True))
-    window += list(rows.filter(fire_at__lt=start).order_by("-fire_at").values_list("result", flat=True)[:1])
+    before = rows.filter(_RECURRING, fire_at__lt=start)  # not a one-shot booked by hand or by a backfill
+    window += list(before.order_by("-fire_at").values_list("result", flat=True)[:1])
     covered = set()
     for result in window:
         slot = result.get("slot") if isinstance(result, dict) else None
