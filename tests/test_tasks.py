@@ -389,3 +389,35 @@ def test_an_intent_too_large_is_refused(settings):
     with pytest.raises(InvalidIntent):
         tasks.record.enqueue("x" * 200)
     assert not Wake.objects.exists()
+
+
+# -- runners that die ------------------------------------------------------------------------------
+
+
+def test_a_task_whose_runner_died_runs_again_and_a_poison_task_ends_failed(clock):
+    """A dead runner's task is taken over; one that kills its runner every time ends FAILED, not RUNNING."""
+    from django_wakes import engine
+    from django_wakes.tasks.exceptions import TaskInterrupted
+
+    ok = tasks.add.enqueue(1, 2)
+    (claim,) = engine.claim_batch(runner_id="dead-runner", lease=timedelta(seconds=5))
+    assert tasks.add.get_result(ok.id).status == TaskResultStatus.RUNNING
+    clock.advance("6s")  # its lease lapses: the runner is gone
+    assert run().fired == 1  # taken over; its start was never recorded, so the attempt is not charged
+    ok.refresh()
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 3
+    assert ok.worker_ids == ["dead-runner", RUNNER] and ok.errors == []
+
+    poison = tasks.add.enqueue(2, 2)
+    engine.claim_batch(runner_id="first", lease=timedelta(seconds=5))
+    clock.advance("6s")
+    (second,) = engine.claim_batch(runner_id="second", lease=timedelta(seconds=5))  # guarded from now on
+    assert not isinstance(engine.prepare_sink(second), engine.FireOutcome)  # its start is recorded ...
+    clock.advance("6s")  # ... and then "second" dies inside the task too
+    run()
+    poison.refresh()
+    assert poison.status == TaskResultStatus.FAILED and poison.is_finished
+    assert poison.worker_ids == ["first", "second"]
+    (error,) = poison.errors
+    assert error.exception_class is TaskInterrupted
+    assert "lease lapsed" in error.traceback
