@@ -129,6 +129,18 @@ def test_pausing_a_firing_occurrence_books_its_successor_held(clock: FakeClock, 
     assert len(calls) == 2
 
 
+@pytest.mark.django_db
+def test_a_held_occurrence_fired_by_hand_keeps_the_chain_paused(clock: FakeClock, calls: Any) -> None:
+    first = hourly(catch_up="skip")
+    django_wakes.pause_chain(first.chain_id)
+    clock.set(T0 + 3 * HOUR + timedelta(minutes=5))
+    engine.fire_now(first.pk)  # the wake page's button on the held 13:00 row
+    django_wakes.run_due()  # skip: 13:00 is long past, so it is closed and 16:00 booked ...
+    (successor,) = pending(first.chain_id)
+    assert successor.fire_at == T0 + 4 * HOUR and successor.due_at is None  # ... held: still paused
+    assert calls == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_pause_racing_a_settle_holds_the_occurrence_the_settle_books(clock: FakeClock) -> None:
     """A settle holds the firing row's lock while it books the successor; the pause waits, then holds it."""

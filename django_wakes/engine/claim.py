@@ -207,7 +207,8 @@ def _skip_occurrence(using: str, wake: Wake, plan: recurrence.CatchUpPlan, now: 
             "wake %s (chain %s): skipped %d missed occurrence(s)", wake.pk, wake.chain_id, plan.result["missed"]
         )
         if plan.next_slot is not None:
-            create.book_occurrence(wake, plan.next_slot, wake.end_at)
+            # A held occurrence an operator fired by hand books its successor held: the chain stays paused.
+            create.book_occurrence(wake, plan.next_slot, wake.end_at, paused_at=wake.paused_at)
 
 
 def _announce_missed(using: str, wake: Wake, missed: int) -> None:
