@@ -8,8 +8,9 @@ the attempt log (``WakeAttempt``, one row per attempt, written by its settle) is
 web process answers the same numbers, whichever one the scrape reaches.
 
 **How a count over rows stays a counter.** A count of the whole log grows without bound in cost (and
-``gc`` shrinks it). Instead each counter counts the rows *finished since the start of the current UTC
-hour*, through ``wakeattempt_finished_idx``: it only grows within the hour and drops to its new value
+``gc`` shrinks it). Instead each counter counts the rows written *since the start of the current UTC
+hour* (attempts by ``finished_at`` through ``wakeattempt_finished_idx``; settled wakes, their lateness
+and missed occurrences by when they settled): it only grows within the hour and drops to its new value
 when the hour turns, which ``rate()`` and ``increase()`` read as a counter reset (as after a restart).
 The cost of a scrape is bounded by one hour of traffic. What is lost: the attempts finished between
 the last scrape of an hour and the hour's end (half a scrape interval per hour on average, about 0.2%
