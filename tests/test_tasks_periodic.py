@@ -12,8 +12,10 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 
 from django_wakes.tasks import framework_available
 from tests.tasks_framework import no_tasks_framework
@@ -25,7 +27,7 @@ import django_wakes
 from django_wakes.exceptions import InvalidSchedule
 from django_wakes.models import LIVE_STATES, State, Wake, WorkspaceLock
 from django_wakes.tasks import TASK_KIND, periodic, sync_periodic, sync_periodic_on_boot
-from django_wakes.tasks.compat import FRAMEWORK, TaskResultStatus
+from django_wakes.tasks.compat import FRAMEWORK, TaskResultStatus, task_backends
 from django_wakes.tasks.exceptions import PeriodicTaskError
 from django_wakes.tasks.periodic_tasks import declared
 from testproject import tasks
@@ -242,3 +244,18 @@ def test_runwakes_boot_sync_logs_a_bad_declaration_and_goes_on(settings, caplog)
     with caplog.at_level(logging.ERROR, logger="django_wakes"):
         sync_periodic_on_boot()  # does not raise: the runner still serves everything else
     assert "periodic tasks were not synced" in caplog.text and "cannot import" in caplog.text
+
+
+def test_the_backends_check_reports_a_periodic_task_that_cannot_be_booked(settings):
+    backend = task_backends["default"]
+    assert backend.check() == []
+    settings.WAKES = {**settings.WAKES, "PERIODIC": [{"task": "testproject.tasks.add", "cron": "61 * * * *"}]}
+    (error,) = backend.check()
+    assert error.id == "django_wakes.tasks.E002" and "61 * * * *" in error.msg
+
+
+def test_the_backends_check_wants_the_app_installed():
+    installed = [app for app in django_settings.INSTALLED_APPS if app not in ("django_wakes", "testproject")]
+    with override_settings(INSTALLED_APPS=installed):
+        (error,) = task_backends["default"].check()
+    assert error.id == "django_wakes.tasks.E001"

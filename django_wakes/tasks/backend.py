@@ -15,10 +15,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
+from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import clock, engine
-from ..exceptions import InvalidWake
+from ..exceptions import InvalidWake, WakeError
 from ..models import Wake
 from ..validation import json_value, key
 from . import TASK_KIND, options, results
@@ -156,6 +158,32 @@ class WakesBackend(BaseTaskBackend):
         except InvalidWake as exc:
             raise InvalidTaskArguments(str(exc)) from exc
         return checked["args"], checked["kwargs"]
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """System checks (the framework runs them): the app is installed, the periodic tasks can be booked."""
+        from .periodic_tasks import wanted
+
+        messages: list[CheckMessage] = []
+        if not apps.is_installed("django_wakes"):
+            messages.append(
+                Error(
+                    f"TASKS[{self.alias!r}] uses django_wakes.tasks.WakesBackend, but django_wakes is not installed",
+                    hint="Add 'django_wakes' to INSTALLED_APPS.",
+                    id="django_wakes.tasks.E001",
+                )
+            )
+            return messages
+        try:
+            wanted()
+        except WakeError as exc:
+            messages.append(
+                Error(
+                    f"a periodic task cannot be booked: {exc}",
+                    hint="Fix the periodic() call or the WAKES['PERIODIC'] entry (docs/tasks.md).",
+                    id="django_wakes.tasks.E002",
+                )
+            )
+        return messages
 
     def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
         """Read the task's wake now (from any process); ``TaskResultDoesNotExist`` if there is none."""
