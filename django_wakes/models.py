@@ -202,17 +202,30 @@ class Wake(models.Model):
         verbose_name_plural = _("wakes")
         # Distinct from "change": wakes are never edited, but an operator may run engine transitions.
         permissions = [("operate_wake", _("Can cancel, retry and fire wakes (operator actions)"))]
+        # The claim path's indexes are partial: each holds only the rows of the one state its query
+        # asks for, so a table that is mostly terminal rows (gc keeps 30 days) gives the planner
+        # nothing else to pick, whatever its statistics say (docs/performance.md, "stale statistics").
+        # No index leads with ``state``: one would be chosen for ``state = 'pending'`` when the
+        # statistics say no row is pending, and scanned in full for every lane probe. MySQL/MariaDB
+        # have no partial indexes (Django skips them there); migration 0017 gives them full ones.
         indexes = [
-            # claim_batch(): pending rows whose due_at has come, earliest first.
-            models.Index(fields=["state", "due_at", "id"], name="wake_claim_due_idx"),
-            # the lane head check: earliest pending due_at per serial_key.
-            models.Index(fields=["serial_key", "state", "due_at", "id"], name="wake_lane_head_idx"),
-            # recover(): firing rows whose lease lapsed.
-            models.Index(fields=["state", "lease_until"], name="wake_lease_idx"),
+            # claim_batch(), next_due_at(): pending rows whose due_at has come, earliest first.
+            models.Index(fields=["due_at", "id"], condition=Q(state=State.PENDING), name="wake_pending_due_idx"),
+            # the lane head check: the earliest pending (due_at, id) of a serial_key. Only rows in a lane,
+            # so the claim's scan of due wakes (no serial_key condition) can never pick it.
+            models.Index(
+                fields=["serial_key", "due_at", "id"],
+                condition=Q(state=State.PENDING, serial_key__isnull=False),
+                name="wake_pending_lane_idx",
+            ),
+            # recover(), renew_leases(): firing rows and their leases.
+            models.Index(fields=["lease_until"], condition=Q(state=State.FIRING), name="wake_firing_lease_idx"),
             # deliver_event(): pending watchers of one key in one workspace.
             models.Index(fields=["workspace_id", "event_key", "state"], name="wake_event_idx"),
             # gc(): terminal rows by age.
-            models.Index(fields=["state", "updated_at"], name="wake_gc_idx"),
+            models.Index(
+                fields=["updated_at"], condition=Q(state__in=TERMINAL_STATES), name="wake_terminal_updated_idx"
+            ),
             models.Index(fields=["chain_id", "fire_at"], name="wake_chain_idx"),
             models.Index(fields=["session_id"], name="wake_session_idx"),
         ]

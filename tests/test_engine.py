@@ -524,8 +524,15 @@ def test_without_coalesce_a_lane_takes_many_wakes(clock, sinks):
 
 @pytest.fixture
 def between_read_and_claim(monkeypatch):
-    """Run a callback after claim_batch has read its candidates but before it locks and claims them."""
+    """Run a callback after claim_batch has read its candidates but before it locks and claims them.
+
+    Only the two-step claim (read, lock, update) has such a moment, so it is the one used here; the
+    one-statement claim of PostgreSQL locks while it reads (tests/test_claim_plans.py).
+    """
+    from django_wakes.engine import claim
     from django_wakes.querysets import WakeQuerySet
+
+    monkeypatch.setattr(claim, "ONE_STATEMENT_VENDORS", frozenset())
 
     original = WakeQuerySet.lock_pending
     hooks = []
