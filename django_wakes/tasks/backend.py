@@ -115,7 +115,7 @@ class WakesBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
         """Write the task's wake in the caller's transaction and return its ``TaskResult`` (READY)."""
         self.validate_task(task)
-        call_args, call_kwargs = self._arguments(args, kwargs)
+        call_args, call_kwargs = self.arguments_as_json(args, kwargs)
         intent: dict[str, Any] = {
             "task": task.module_path,
             "args": call_args,
@@ -147,7 +147,7 @@ class WakesBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def _arguments(self, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    def arguments_as_json(self, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
         """The call's arguments as the JSON the task will get back, or :class:`InvalidTaskArguments`."""
         try:
             normal = normalize_json({"args": list(args), "kwargs": dict(kwargs)})

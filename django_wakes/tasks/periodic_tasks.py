@@ -160,7 +160,7 @@ def _entry(
     recurrence.plan_chain(
         now=clock.now(), cron=cron, every=every, tz=tz, start_at=None, end_at=None, catch_up=catch_up
     )  # refuses a bad cron, interval, time zone or catch-up now, at start-up, not at the next sync
-    call_args, call_kwargs = backend._arguments(list(args), dict(kwargs or {}))
+    call_args, call_kwargs = backend.arguments_as_json(list(args), dict(kwargs or {}))
     return PeriodicTask(
         name=key(name if name is not None else task.module_path, name="name"),
         task=task.module_path,
