@@ -166,6 +166,11 @@ def why(wake: Wake, attention: Attention) -> str:
             '<strong class="wake-unwakeable">{}</strong>',
             _("unwakeable: no live runner fires kind %(kind)s") % {"kind": wake.kind},
         )
+    if attention.waits_for_paused_lane(wake):
+        return format_html(
+            '<strong class="wake-paused">{}</strong>',
+            _("lane %(lane)s is paused: it fires once the lane is resumed") % {"lane": wake.serial_key},
+        )
     if wake.last_error:
         line = _last_line(wake.last_error)
         return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))

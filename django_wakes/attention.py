@@ -21,7 +21,7 @@ from statistics import median
 
 from . import clock
 from .conf import wakes_settings
-from .models import Outcome, Runner, State, Wake, WakeAttempt
+from .models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
 from .querysets import WakeQuerySet
 from .sinks import registry
 
@@ -33,6 +33,8 @@ HUNG_FLOOR = timedelta(seconds=5)
 HISTORY = 2000
 #: A kind needs this many fired attempts in that history to have a typical duration.
 MIN_SAMPLES = 5
+#: At most this many paused lanes are read to annotate the list.
+PAUSED_LIMIT = 1000
 #: At most this many firing wakes are examined (more firing at once than this is itself the news).
 FIRING_LIMIT = 1000
 
@@ -57,6 +59,7 @@ class Attention:
         self._kinds: frozenset[str] | None = None
         self._kinds_source = ""
         self._typical: dict[str, timedelta] | None = None
+        self._paused: frozenset[str] | None = None
 
     # -- unwakeable ---------------------------------------------------------------------------------
 
@@ -88,6 +91,20 @@ class Attention:
             wake.state == State.FIRING and wake.lease_until is not None and wake.lease_until <= self.now
         )
         return waiting and wake.kind not in self.fireable_kinds
+
+    # -- paused lanes -------------------------------------------------------------------------------
+
+    @property
+    def paused_lanes(self) -> frozenset[str]:
+        """Lanes an operator paused (the first :data:`PAUSED_LIMIT`; a handful in practice)."""
+        if self._paused is None:
+            self._paused = frozenset(PausedLane.objects.values_list("serial_key", flat=True)[:PAUSED_LIMIT])
+        return self._paused
+
+    def waits_for_paused_lane(self, wake: Wake) -> bool:
+        """Whether this due pending wake is held back only because an operator paused its lane."""
+        due = wake.state == State.PENDING and wake.due_at is not None and wake.due_at <= self.now
+        return due and wake.serial_key is not None and wake.serial_key in self.paused_lanes
 
     # -- hung ---------------------------------------------------------------------------------------
 

@@ -417,6 +417,13 @@ def test_the_lanes_page_shows_holders_queues_and_pauses(admin_client: Any) -> No
     assert [detail.index(f">{w.pk}</a>") for w in queued] == sorted(detail.index(f">{w.pk}</a>") for w in queued)
 
 
+def test_a_wake_held_back_by_a_paused_lane_says_so(admin_client: Any) -> None:
+    with fake_clock(START):
+        wake = WakeFactory(kind=KIND, serial_key="acct/5", due_at=START - timedelta(minutes=2))
+        PausedLane.objects.create(serial_key="acct/5", paused_at=START, paused_by="ops")
+        assert "lane acct/5 is paused: it fires once the lane is resumed" in wake_page(admin_client, wake)
+
+
 def test_pause_and_resume_a_lane_from_its_page(admin_client: Any, calls: Any) -> None:
     with fake_clock(START) as fake:
         wake = django_wakes.schedule(workspace_id="w", kind=KIND, serial_key="team/a:b", delay="1s")
