@@ -167,6 +167,17 @@ def _gone(element: Any) -> bool:
     return False
 
 
+def shot(browser: Browser, name: str, *, tall: bool = False) -> None:
+    """Screenshot at 1500 px wide; ``tall`` grows the window to the page's height first (the admin scrolls inside)."""
+    if tall:
+        height = browser.driver.execute_script("return document.documentElement.scrollHeight")
+        browser.driver.set_window_size(WIDTH, min(height + 120, 3200))
+    try:
+        browser.screenshot(name)
+    finally:
+        browser.driver.set_window_size(WIDTH, 1000)
+
+
 def shown_ids(browser: Browser) -> set[int]:
     cells = browser.driver.find_elements("css selector", "#result_list tbody th.field-id a")
     return {int(cell.text) for cell in cells}
@@ -198,7 +209,7 @@ def test_the_wake_list_fits_1500px_with_the_why_in_view(console: Browser) -> Non
     utc = console.find(f"#result_list tr:has(a[href*='/{wakes['later'].pk}/change/']) td.field-when time")
     assert utc.get_attribute("title").endswith(" UTC")
     assert len(utc.text) == len("2030-01-01 09:00:05")  # to the second
-    console.screenshot("console-wake-list")
+    shot(console, "console-wake-list", tall=True)
 
 
 def test_the_hung_and_unwakeable_filters_are_a_click_away(console: Browser) -> None:
@@ -262,7 +273,7 @@ def test_a_hung_wakes_page_shows_its_attempt_in_flight_and_runner(console: Brows
     flight = console.text("div.field-in_flight")
     assert "attempt 1" in flight and "claimed by web-1:4242:a1b2c3" in flight
     assert "hung: firing for" in console.text("div.field-why_now")
-    console.screenshot("console-wake-hung")
+    shot(console, "console-wake-hung", tall=True)
     click_link(console, "web-1:4242:a1b2c3")
     assert "web-1" in console.text() and "live" in console.text()
     assert str(wakes["hung"].pk) in console.text("div.field-in_hand")
@@ -272,7 +283,7 @@ def test_the_dead_letter_is_retried_from_its_page(console: Browser) -> None:
     dead = a_night_on_call()["dead"]
     console.visit(reverse("admin:django_wakes_wake_change", args=[dead.pk]))
     assert "stripe.error.CardError" in console.text("#attempt_log-group")
-    console.screenshot("console-wake-dead")
+    shot(console, "console-wake-dead", tall=True)
     click_link(console, "Retry")
     press(console)
     assert messages(console) == [f"Wake {dead.pk} was requeued with fresh attempts; it is due now."]
