@@ -123,10 +123,18 @@ def describe_trigger(wake: Wake) -> str:
     if wake.trigger_type == TriggerType.ON_APPROVAL:
         return format_html("{}", _("approval"))
     if wake.cron:
-        return format_html('cron "{}" ({})', wake.cron, wake.tz or "UTC")
+        return _chain_link(wake, format_html('cron "{}" ({})', wake.cron, wake.tz or "UTC"))
     if wake.every is not None:
-        return format_html("every {}", compact_duration(wake.every))
+        return _chain_link(wake, format_html("every {}", compact_duration(wake.every)))
     return format_html("at {}", moment(wake.fire_at))
+
+
+def _chain_link(wake: Wake, text: str) -> str:
+    """A recurring wake's schedule, linked to its chain's page (past occurrences, next fire times)."""
+    if not wake.chain_id:
+        return text
+    url = reverse("admin:django_wakes_chain", args=[wake.chain_id])
+    return format_html('<a href="{}" title="{}">{}</a>', url, _("the chain's page"), text)
 
 
 def task_call(wake: Wake) -> str | None:
@@ -475,7 +483,7 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             _("Recurrence"),
             {
                 "classes": ("collapse",),
-                "fields": ("chain_id", "occurrence", "cron", "every", "tz", "catch_up", "start_at_s", "end_at_s"),
+                "fields": ("chain", "occurrence", "cron", "every", "tz", "catch_up", "start_at_s", "end_at_s"),
             },
         ),
     )
@@ -736,6 +744,10 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             _("lease"),
             lease,
         )
+
+    @admin.display(description=_("chain"))
+    def chain(self, wake: Wake) -> str:
+        return _chain_link(wake, format_html("{}", wake.chain_id)) if wake.chain_id else "-"
 
     @admin.display(description=_("claimed by"))
     def claimed_by_link(self, wake: Wake) -> str:

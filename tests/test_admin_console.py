@@ -110,6 +110,14 @@ def test_triggers_are_shown_as_what_they_are(admin_client: Any) -> None:
     assert [compact_duration(timedelta(seconds=s)) for s in (90, 3600, 5400, 86400)] == ["1m30s", "1h", "1h30m", "1d"]
 
 
+def test_a_recurring_wakes_trigger_and_chain_link_to_the_chain_page(admin_client: Any) -> None:
+    chain = django_wakes.schedule(workspace_id="w", kind=KIND, every="15m")
+    url = reverse("admin:django_wakes_chain", args=[chain.chain_id])
+    assert f'<a href="{url}" title="the chain&#x27;s page">every 15m</a>' in page(admin_client).content.decode()
+    assert f">{chain.chain_id}</a>" in wake_page(admin_client, chain)
+    assert admin_client.get(url).status_code == 200
+
+
 def test_times_are_in_the_operators_zone_to_the_second_with_utc_on_hover(admin_client: Any, settings: Any) -> None:
     settings.TIME_ZONE = "Europe/Paris"
     with fake_clock(START):
