@@ -199,8 +199,15 @@ def main() -> None:
         started = time.perf_counter()
         seed(args.rows)
         print(f"seeded {Wake.objects.count():,} wakes in {time.perf_counter() - started:.0f}s")
-    else:
-        Runner.objects.update(heartbeat_at=timezone.now())
+    else:  # a reused seed: the runners are live again and the firing wakes as fresh (or as hung) as when seeded
+        now = timezone.now()
+        Runner.objects.update(heartbeat_at=now)
+        firing = Wake.objects.filter(state="firing")
+        firing.filter(pk__in=list(firing.order_by("id").values_list("pk", flat=True)[:5])).update(
+            claimed_at=now - timedelta(seconds=75)
+        )
+        firing.exclude(claimed_at=now - timedelta(seconds=75)).update(claimed_at=now - timedelta(seconds=1))
+        firing.update(lease_until=now + timedelta(seconds=10))
     user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_superuser(
         "bench", password="bench"
     )
