@@ -286,16 +286,22 @@ class Sweeper:
         self._settled(claim, released)
         return released
 
-    def _fire(self, claim: Claim) -> engine.FireOutcome:
+    def _fire(self, claim: Claim) -> None:
+        """Fire one claim in a fire thread; a plain success goes to the settler, which batches them."""
         if not self.may_start(claim):
-            return self._hand_back(claim)
+            self._hand_back(claim)
+            return
         try:
-            outcome = engine.fire(claim, tries=None)
+            ran = engine.run_sink(claim, tries=None)
         except BaseException:
             self._forget([claim])
             raise
-        self._settled(claim, outcome)
-        return outcome
+        if isinstance(ran, engine.Succeeded) and self._async is not None:
+            self._async.settle_later(ran)
+            return
+        if isinstance(ran, engine.Succeeded):
+            ran = engine.settle_successes([ran], tries=None)[0]
+        self._settled(claim, ran)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -544,12 +550,17 @@ class AsyncFirer:
     per ``settle_window``), failures, retries and defers at once, and trying each until the database
     takes it (the sink has run). A sink's own ``await Model.objects.aget(...)`` runs through Django's
     ``sync_to_async`` as usual.
+
+    The fire threads hand their plain successes to the same settler (:meth:`settle_later`), so a
+    ``--concurrency`` runner commits one transaction per window, not one per wake. A slot counts
+    as free as soon as its sink has finished: the runner claims the next wake while the settler
+    writes the last one down (the claim stays in hand, its lease renewed, until it is settled).
     """
 
     def __init__(self, sweeper: Sweeper) -> None:
         self.sweeper = sweeper
         self.loop = asyncio.new_event_loop()
-        self._done: queue.Queue[tuple[Claim, Any, BaseException | None] | None] = queue.Queue()
+        self._done: queue.Queue[tuple[Claim, Any, BaseException | None] | engine.Succeeded | None] = queue.Queue()
         self._lock = threading.Lock()
         self._running = 0
         self._stopped = False
@@ -589,6 +600,10 @@ class AsyncFirer:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    def settle_later(self, done: engine.Succeeded) -> None:
+        """Settle a fire thread's plain success with the next batch."""
+        self._done.put(done)
+
     async def _fire(self, claim: Claim, sink_fn: Any) -> None:
         running = firing_wake.set(claim.wake)
         try:
@@ -599,6 +614,9 @@ class AsyncFirer:
             self._done.put((claim, returned, None))
         finally:
             firing_wake.reset(running)
+            with self._lock:
+                self._running -= 1  # the slot is free; the settler writes the outcome down
+            self.sweeper._wakeup.set()
 
     def _settle_loop(self) -> None:
         try:
@@ -623,15 +641,22 @@ class AsyncFirer:
                 except Exception:  # the leases lapse and another pass re-drives them
                     logger.exception("settling %d async sink outcome(s) failed", len(batch))
                     drop_broken_connections()
-                    for claim, _returned, _exc in batch:
+                    for item in batch:
+                        claim = item.claim if isinstance(item, engine.Succeeded) else item[0]
                         if id(claim) not in finished:
                             self._finish(claim, None, finished)
         finally:
             connections.close_all()
 
-    def _settle(self, batch: list[tuple[Claim, Any, BaseException | None]], finished: set[int]) -> None:
+    def _settle(
+        self, batch: list[tuple[Claim, Any, BaseException | None] | engine.Succeeded], finished: set[int]
+    ) -> None:
         successes: list[engine.Succeeded] = []
-        for claim, returned, exc in batch:
+        for item in batch:
+            if isinstance(item, engine.Succeeded):  # from a fire thread
+                successes.append(item)
+                continue
+            claim, returned, exc = item
             if exc is not None:
                 self._finish(claim, engine.sink_raised(claim, exc, tries=None), finished)
                 continue
@@ -649,9 +674,6 @@ class AsyncFirer:
             self.sweeper._settled(claim, outcome)
         else:
             self.sweeper._forget([claim])
-        with self._lock:
-            self._running -= 1
-        self.sweeper._wakeup.set()
 
 
 def apply_client_timeouts(timeout: timedelta | None = None) -> None:
