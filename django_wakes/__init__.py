@@ -13,6 +13,7 @@ __version__ = "0.1.0.dev0"
 
 _EXPORTS = {
     "schedule": "engine",
+    "schedule_many": "engine",
     "watch": "engine",
     "request_approval": "engine",
     "deliver_event": "engine",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover
         resume_session,
         run_due,
         schedule,
+        schedule_many,
         stop_session,
         trigger_chain,
         watch,

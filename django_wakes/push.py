@@ -4,8 +4,10 @@ Every hint is lossy and never load-bearing: a runner that misses one still finds
 next planned pass (it sleeps until the next known due time, at most the polling interval).
 
 - In-process: runners register here and are nudged directly (any database).
-- PostgreSQL: a ``NOTIFY django_wakes, '<due epoch ms>'`` is sent after the creating transaction
-  commits, and runners ``LISTEN`` on a connection of their own.
+- PostgreSQL: a ``NOTIFY django_wakes, '<due epoch ms>'``, and runners ``LISTEN`` on a connection of
+  their own. A create sends it *inside* its transaction (:func:`notify_in_transaction`), so
+  PostgreSQL delivers it the moment the wake commits, with no round trip after the commit (and
+  never for a create that rolled back); a trigger (an event, an answer) sends it after its commit.
 """
 
 from __future__ import annotations
@@ -55,26 +57,66 @@ def hint(due_at: datetime | None, *, using: str | None = None) -> None:
     """
     if due_at is None:
         return
-    with _lock:
-        runners = list(_local_runners)
-    for runner in runners:
-        runner.nudge(due_at)
-    if due_at > clock.now() + _horizon():
-        return
-    from .models import Wake
-
-    alias = using or router.db_for_write(Wake)
-    connection = connections[alias]
-    if connection.vendor != "postgresql":
+    nudge_local(due_at)
+    connection = _notify_connection(due_at, using)
+    if connection is None:
         return
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(int(due_at.timestamp() * 1000))])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, _payload(due_at)])
     except Exception:  # a lost hint only delays the wake to the next poll
         logger.debug("NOTIFY failed; the polling backstop will pick the wake up", exc_info=True)
 
 
+def nudge_local(due_at: datetime) -> None:
+    """Nudge the runners of this process (each ignores a hint later than its planned wake-up)."""
+    with _lock:
+        runners = list(_local_runners)
+    for runner in runners:
+        runner.nudge(due_at)
+
+
+def notify_in_transaction(due_at: datetime | None, using: str) -> bool:
+    """Send the NOTIFY for a wake due at ``due_at`` inside the creating transaction; return whether sent.
+
+    PostgreSQL delivers it when that transaction commits (not at all if it rolls back), so a runner
+    hears of the wake with no round trip after the commit. Call it with the transaction open; the
+    in-process nudge still comes on commit (``wake_created``). ``False``: nothing to send (another
+    database, or due beyond the polling horizon).
+    """
+    if due_at is None:
+        return False
+    connection = _notify_connection(due_at, using)
+    if connection is None:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, _payload(due_at)])
+    return True
+
+
+def _payload(due_at: datetime) -> str:
+    return str(int(due_at.timestamp() * 1000))
+
+
+def _notify_connection(due_at: datetime, using: str | None) -> Any:
+    """The PostgreSQL connection to NOTIFY on, or ``None`` (another database, or due beyond the horizon)."""
+    if due_at > clock.now() + _horizon():
+        return None
+    from .models import Wake
+
+    connection = connections[using or router.db_for_write(Wake)]
+    return connection if connection.vendor == "postgresql" else None
+
+
+#: Set on a wake whose NOTIFY went out inside its creating transaction: on commit only the nudge is left.
+NOTIFIED = "_wakes_notified"
+
+
 def _on_created(sender: Any, wake: Any, **kwargs: Any) -> None:
+    if getattr(wake, NOTIFIED, False):
+        if wake.due_at is not None:
+            nudge_local(wake.due_at)
+        return
     hint(wake.due_at, using=wake._state.db)
 
 

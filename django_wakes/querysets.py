@@ -45,8 +45,9 @@ class WakeQuerySet(models.QuerySet["Wake"]):
     def lane_heads(self) -> WakeQuerySet:
         """Keep only wakes with no earlier pending, due-dated wake in their lane (earliest first)."""
         # Two NOT EXISTS rather than one with an OR: each is a single range probe of
-        # wake_lane_head_idx (serial_key, state, due_at, id); PostgreSQL cannot use the index for the
-        # OR and would scan every pending wake of the lane for every candidate.
+        # wake_pending_lane_idx ((serial_key, due_at, id) over pending rows in a lane); PostgreSQL
+        # cannot use the index for the OR and would scan every pending wake of the lane for every
+        # candidate. (MySQL/MariaDB: wake_my_lane_head_idx (serial_key, state, due_at, id).)
         lane = self.model._default_manager.filter(state=PENDING, serial_key=OuterRef("serial_key"))
         earlier_due = lane.filter(due_at__lt=OuterRef("due_at"))
         same_due_lower_id = lane.filter(due_at=OuterRef("due_at"), id__lt=OuterRef("id"))

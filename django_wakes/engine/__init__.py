@@ -16,7 +16,7 @@ Modules outside this package read wakes freely but change them only through thes
 from __future__ import annotations
 
 from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
-from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, watch
+from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, schedule_many, watch
 from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
 from .passes import (
     RunReport,
@@ -95,6 +95,7 @@ __all__ = [
     "run_due",
     "run_sink",
     "schedule",
+    "schedule_many",
     "settle_successes",
     "sink_raised",
     "sink_returned",

@@ -7,6 +7,7 @@ coalescing slot, a chain's slot key) all end at a unique index: concurrent creat
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -14,10 +15,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, events, recurrence, signals
+from .. import clock, events, push, recurrence, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
-from ..exceptions import InvalidWake, UnknownKind
+from ..exceptions import InvalidWake, UnknownKind, WakeError
 from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, State, TriggerType, Wake, WatchedKey
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
@@ -152,8 +153,11 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
                 updated_at=now,
             )
             try:
-                with transaction.atomic(using=using):
+                if idem is None and slot is None:  # no unique key to collide on: no savepoint to pay for
                     wake.save(using=using, force_insert=True)
+                else:
+                    with transaction.atomic(using=using):
+                        wake.save(using=using, force_insert=True)
             except IntegrityError:
                 if idem is not None:
                     existing = manager.filter(workspace_id=workspace, idempotency_key=idem).first()
@@ -166,9 +170,20 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
                 continue  # the holder left pending between our INSERT and our read: try again
             if budget:
                 sessions.budget_spent(using, fields, now)
-            transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
+            _announce_created(using, [wake])
             return wake
     raise InvalidWake("could not create the wake: its idempotency/coalesce slot kept changing hands")
+
+
+def _announce_created(using: str, wakes: list[Wake]) -> None:
+    """Inside the creating transaction: one NOTIFY for the earliest due (delivered at commit), and
+    ``wake_created`` for each wake on commit (which nudges this process's runners)."""
+    due = [wake.due_at for wake in wakes if wake.due_at is not None]
+    if due and push.notify_in_transaction(min(due), using):
+        for wake in wakes:
+            setattr(wake, push.NOTIFIED, True)
+    for wake in wakes:
+        transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
 
 
 def schedule(
@@ -201,10 +216,90 @@ def schedule(
     ``dst``: a cron chain's daylight-saving policy (:class:`~django_wakes.recurrence.DstPolicy`,
     ``{"ambiguous": ..., "missing": ...}`` or ``"ambiguous=both,missing=skip"``); default, today's rule.
     """
+    now = clock.now()
+    fields = _schedule_fields(
+        now,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        delay=delay,
+        at=at,
+        cron=cron,
+        every=every,
+        tz=tz,
+        start_at=start_at,
+        end_at=end_at,
+        catch_up=catch_up,
+        dst=dst,
+        kind=kind,
+        serial_key=serial_key,
+        intent=intent,
+        idempotency_key=idempotency_key,
+        expires_in=expires_in,
+        expires_at=expires_at,
+        max_attempts=max_attempts,
+        priority=priority,
+        queue_name=queue_name,
+    )
+    return create_wake(fields, coalesce=coalesce, budget=budget, now=now)
+
+
+#: What :func:`schedule` takes, and so what each item of :func:`schedule_many` may name.
+SCHEDULE_ARGUMENTS = frozenset(
+    {
+        "workspace_id",
+        "session_id",
+        "delay",
+        "at",
+        "cron",
+        "every",
+        "tz",
+        "start_at",
+        "end_at",
+        "catch_up",
+        "dst",
+        "kind",
+        "serial_key",
+        "intent",
+        "idempotency_key",
+        "coalesce",
+        "expires_in",
+        "expires_at",
+        "max_attempts",
+        "budget",
+        "priority",
+        "queue_name",
+    }
+)
+
+
+def _schedule_fields(
+    now: datetime,
+    *,
+    workspace_id: Any,
+    session_id: Any = None,
+    delay: Any = None,
+    at: Any = None,
+    cron: Any = None,
+    every: Any = None,
+    tz: Any = None,
+    start_at: Any = None,
+    end_at: Any = None,
+    catch_up: Any = "replay",
+    dst: Any = None,
+    kind: Any = SESSION_TURN,
+    serial_key: Any = None,
+    intent: Any = None,
+    idempotency_key: Any = None,
+    expires_in: Any = None,
+    expires_at: Any = None,
+    max_attempts: Any = None,
+    priority: Any = 0,
+    queue_name: Any = DEFAULT_QUEUE,
+) -> dict[str, Any]:
+    """Validate :func:`schedule`'s arguments into the fields of the wake (nothing is written)."""
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
     if len(given) != 1:
         raise InvalidWake(f"pass exactly one of delay, at, cron, every (got {', '.join(given) if given else 'none'})")
-    now = clock.now()
     fields = _common(
         workspace_id=workspace_id,
         session_id=session_id,
@@ -235,11 +330,115 @@ def schedule(
         if delay is not None:
             fields["fire_at"] = after(now, parse_duration(delay, name="delay"), name="delay")
         else:
-            assert at is not None  # exactly one of delay/at/cron/every was given
             fields["fire_at"] = to_datetime(at, name="at")
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))
-    return create_wake(fields, coalesce=coalesce, budget=budget, now=now)
+    return fields
+
+
+def schedule_many(items: Iterable[Mapping[str, Any]], **common: Any) -> list[Wake]:
+    """Create many time-triggered wakes in one transaction: ``schedule(**common, **item)`` for each item.
+
+    For bursts (a fan-out, an import): the plain items are inserted with one multi-row ``INSERT`` per
+    :data:`BULK_CHUNK` rows, with one NOTIFY, instead of a transaction each. The semantics are
+    :func:`schedule`'s:
+
+    * every item is validated before anything is written, and a bad one raises (a
+      :class:`~django_wakes.exceptions.WakeError` naming the item's position): nothing is created;
+    * idempotency: an item whose ``(workspace_id, idempotency_key)`` names an existing wake, or an
+      earlier item of the same call, gets that wake back instead of a new one; a concurrent creator
+      of the same key wins or loses as with ``schedule()`` (the pass is retried and reads its row);
+    * a wake for a stopped session is refused (:class:`~django_wakes.exceptions.SessionStopped`);
+    * items with ``coalesce=True`` or ``budget=True`` go through ``schedule()``'s own path, one by
+      one, in the same transaction (they lock a lane's slot or a session's budget).
+
+    Returns the wakes in the order of ``items``.
+    """
+    now = clock.now()
+    parent = firing_wake.get()
+    depth = parent.depth + 1 if parent is not None else 0
+    planned: list[tuple[dict[str, Any], bool, bool]] = []
+    for position, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidWake(f"schedule_many item {position}: expected a mapping of schedule() arguments")
+        arguments = {**common, **item}
+        unknown = sorted(set(arguments) - SCHEDULE_ARGUMENTS)
+        if unknown:
+            names = ", ".join(repr(name)[:60] for name in unknown[:5])
+            raise InvalidWake(f"schedule_many item {position}: unknown argument(s) {names}")
+        coalesce = bool(arguments.pop("coalesce", False))
+        budget = bool(arguments.pop("budget", False))
+        try:
+            fields = _schedule_fields(now, **arguments)
+        except WakeError as exc:
+            raise type(exc)(f"schedule_many item {position}: {exc}") from exc
+        fields.setdefault("depth", depth)
+        planned.append((fields, coalesce, budget))
+    if not planned:
+        return []
+    using = db_alias()
+    return retry_rolled_back("creating wakes", lambda: _create_many(using, planned, now))
+
+
+#: Rows per multi-row INSERT of :func:`schedule_many`.
+BULK_CHUNK = 500
+
+
+def _create_many(using: str, planned: list[tuple[dict[str, Any], bool, bool]], now: datetime) -> list[Wake]:
+    manager = Wake.objects.db_manager(using)
+    for _ in range(5):
+        try:
+            with transaction.atomic(using=using):
+                return _insert_many(using, manager, planned, now)
+        except IntegrityError:
+            continue  # a concurrent creator took one of the keys: read it on the next try
+    raise InvalidWake("could not create the wakes: their idempotency keys kept changing hands")
+
+
+def _insert_many(
+    using: str, manager: Any, planned: list[tuple[dict[str, Any], bool, bool]], now: datetime
+) -> list[Wake]:
+    results: list[Wake | None] = [None] * len(planned)
+    keyed: dict[tuple[str, str], list[int]] = {}
+    for position, (fields, coalesce, budget) in enumerate(planned):
+        if fields.get("idempotency_key") is not None and not (coalesce or budget):
+            keyed.setdefault((fields["workspace_id"], fields["idempotency_key"]), []).append(position)
+    existing: dict[tuple[str, str], Wake] = {}
+    by_workspace: dict[str, list[str]] = {}
+    for workspace, key_name in keyed:
+        by_workspace.setdefault(workspace, []).append(key_name)
+    for workspace, idems in by_workspace.items():
+        for start in range(0, len(idems), BULK_CHUNK):
+            for wake in manager.filter(workspace_id=workspace, idempotency_key__in=idems[start : start + BULK_CHUNK]):
+                existing[(wake.workspace_id, wake.idempotency_key)] = wake
+    for session in {f["session_id"] for f, _c, _b in planned if f.get("session_id") is not None}:
+        sessions.refuse_if_stopped(session)
+    fresh: list[tuple[int, Wake]] = []
+    for position, (fields, coalesce, budget) in enumerate(planned):
+        if coalesce or budget:
+            results[position] = _create_wake(fields, coalesce=coalesce, budget=budget, now=now)
+            continue
+        idem = fields.get("idempotency_key")
+        if idem is not None:
+            holder = existing.get((fields["workspace_id"], idem))
+            if holder is not None:
+                results[position] = holder
+                continue
+            first = keyed[(fields["workspace_id"], idem)][0]
+            if first != position:  # the same key earlier in this call: that wake
+                continue
+        wake = Wake(
+            **{"max_attempts": wakes_settings.max_attempts, **fields}, coalesce_key=None, created_at=now, updated_at=now
+        )
+        fresh.append((position, wake))
+    created = manager.bulk_create([wake for _position, wake in fresh], batch_size=BULK_CHUNK)
+    for (position, _wake), wake in zip(fresh, created, strict=True):
+        results[position] = wake
+    for positions in keyed.values():
+        for position in positions[1:]:
+            results[position] = results[positions[0]]
+    _announce_created(using, [wake for _position, wake in fresh])
+    return [wake for wake in results if wake is not None]
 
 
 def watch(
