@@ -534,6 +534,49 @@ def step_rss(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def step_create_rate(args: argparse.Namespace) -> dict[str, Any]:
+    """Wakes created per second through the public API: ``schedule()`` alone, in a transaction of 1,000, and
+    ``schedule_many()`` of 1,000 items (due in an hour: nothing fires meanwhile)."""
+    from django.db import transaction
+
+    import django_wakes
+
+    def timed(create: Any) -> float:
+        reset()
+        t0 = time.perf_counter()
+        create()
+        return args.n / (time.perf_counter() - t0)
+
+    def alone() -> None:
+        for _ in range(args.n):
+            django_wakes.schedule(workspace_id="bench", kind="bench.noop", delay="1h")
+
+    def in_transactions() -> None:
+        for start in range(0, args.n, 1000):
+            with transaction.atomic():
+                for _ in range(min(1000, args.n - start)):
+                    django_wakes.schedule(workspace_id="bench", kind="bench.noop", delay="1h")
+
+    def many() -> None:
+        for start in range(0, args.n, 1000):
+            django_wakes.schedule_many(
+                [{"intent": {"i": i}} for i in range(start, min(args.n, start + 1000))],
+                workspace_id="bench",
+                kind="bench.noop",
+                delay="1h",
+            )
+
+    alone_rate = timed(alone)
+    out = {
+        "n": args.n,
+        "schedule": alone_rate,
+        "schedule_in_transaction": timed(in_transactions),
+        "schedule_many": timed(many),
+    }
+    reset()
+    return out
+
+
 def step_create_one_at_a_time(args: argparse.Namespace) -> dict[str, Any]:
     """Create ``n`` due-now wakes one at a time through the public API; stamp each commit.
 
@@ -592,6 +635,8 @@ def main() -> None:
     p.add_argument("--busy", type=int, default=3)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--stale-reps", type=int, default=3)
+    p = sub.add_parser("create-rate")
+    p.add_argument("--n", type=int, default=5_000)
     p = sub.add_parser("create")
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--gap", type=float, default=0.05)
@@ -611,6 +656,7 @@ def main() -> None:
         "claim": step_claim,
         "rss": step_rss,
         "create": step_create_one_at_a_time,
+        "create-rate": step_create_rate,
     }[args.step]
     result = step(args)
     print(json.dumps(result, default=str))

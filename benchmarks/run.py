@@ -48,7 +48,7 @@ def knob(name: str, default: Any, quick: Any = None) -> Any:
 N = knob("BENCH_N", 10_000, 1_000)
 LANES = knob("BENCH_LANES", 100)
 DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
-SECTIONS = "ceiling,throughput,peers,io,latency,big,claim,rss"
+SECTIONS = "ceiling,throughput,create,peers,io,latency,big,claim,rss"
 ONLY = {s.strip() for s in knob("BENCH_ONLY", SECTIONS).split(",") if s.strip()}
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 LAT_N = knob("BENCH_LAT_N", 300, 50)
@@ -67,6 +67,7 @@ RSS_FIRST = knob("BENCH_RSS_FIRST", 1_000)
 RSS_DB = knob("BENCH_RSS_DB", "postgres")
 CEILING_S = knob("BENCH_CEILING_SECONDS", 5.0, 2.0)
 PROCRASTINATE_SWEEP = [int(c) for c in knob("BENCH_PROCRASTINATE_SWEEP", "1,4,10").split(",") if c.strip()]
+CREATE_N = knob("BENCH_CREATE_N", 5_000, 1_000)
 IO_N = knob("BENCH_IO_N", 2_000, 1_000)
 IO_CONCURRENCY = knob("BENCH_IO_CONCURRENCY", 50)
 IO_SECONDS = knob("BENCH_IO_SECONDS", 0.1)
@@ -644,6 +645,7 @@ def main() -> int:
             "big_terminal": BIG_TERMINAL,
             "big_due": BIG_DUE,
             "big_lanes": BIG_LANES,
+            "create_n": CREATE_N,
         },
     }
     m = results["machine"]
@@ -688,6 +690,15 @@ def main() -> int:
                 c = ceiling(db, CEILING_S)
                 results["ceiling"].setdefault(vendor, []).append(c)
                 say(f"  ceiling again after the fire runs: {c:,.0f}/s")
+            if "create" in ONLY:
+                note(f"{vendor}: creating {CREATE_N:,} wakes three ways")
+                cr = job(db, "create-rate", "--n", CREATE_N, log="create")
+                results.setdefault("create", {})[vendor] = cr
+                say(
+                    f"  creating wakes: schedule() {cr['schedule']:,.0f}/s alone, "
+                    f"{cr['schedule_in_transaction']:,.0f}/s in transactions of 1,000; "
+                    f"schedule_many() of 1,000 {cr['schedule_many']:,.0f}/s"
+                )
             if vendor == "postgres" and "io" in ONLY:
                 note(f"I/O-bound: {IO_N:,} async sinks of {IO_SECONDS:g}s, --concurrency {IO_CONCURRENCY}")
                 r = throughput(db, 1, 0, IO_CONCURRENCY, n=IO_N, kind="bench.io")
