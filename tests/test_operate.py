@@ -196,3 +196,40 @@ def test_pause_lane_refuses_bad_input() -> None:
     with pytest.raises(InvalidWake):
         engine.pause_lane("lane", reason=None)  # type: ignore[arg-type]
     assert not PausedLane.objects.exists()
+
+
+def test_extend_expiry_refuses_when_a_reschedule_moved_the_wake_meanwhile(monkeypatch: Any) -> None:
+    """Two operators: the expiry's due time is computed from the fire_at read, so a move since then refuses it."""
+    from django_wakes.engine import operate
+
+    with fake_clock(START):
+        wake = django_wakes.schedule(workspace_id="w", delay="1h", kind=KIND, expires_in="2h")
+        moved = START + timedelta(minutes=90)
+        real_earliest = operate.earliest
+
+        def reschedule_first(*moments: Any) -> Any:  # the other operator's reschedule commits in between
+            engine.reschedule(wake.pk, moved)
+            return real_earliest(*moments)
+
+        monkeypatch.setattr(operate, "earliest", reschedule_first)
+        with pytest.raises(OperationRefused, match="changed meanwhile"):
+            engine.extend_expiry(wake.pk, START + timedelta(hours=5))
+    assert (later(wake).fire_at, wake.due_at, wake.expires_at) == (moved, moved, START + timedelta(hours=2))
+
+
+def test_cancel_says_the_chain_ends_when_a_runner_claimed_the_occurrence_meanwhile(monkeypatch: Any) -> None:
+    from django_wakes.engine import operate
+
+    with fake_clock(START) as fake:
+        occurrence = django_wakes.schedule(workspace_id="w", kind=KIND, cron="0 * * * *", tz="UTC")
+        fake.set(occurrence.due_at)
+        real_cancel = operate.cancel
+
+        def claimed_first(wake_id: int) -> bool:  # a runner claims the occurrence between the read and the cancel
+            assert [c.wake.pk for c in engine.claim_batch(runner_id="r1")] == [wake_id]
+            return real_cancel(wake_id)
+
+        monkeypatch.setattr(operate, "cancel", claimed_first)
+        said = engine.cancel_wake(occurrence.pk)
+    assert said.endswith("is firing and cannot be stopped mid-fire; its chain ends after this occurrence.")
+    assert later(occurrence).state == State.FIRING and occurrence.end_at == occurrence.fire_at

@@ -328,6 +328,22 @@ def test_backfill_of_a_paused_chain_books_held_rows(clock: FakeClock, calls: Any
     assert fired == 5
 
 
+@pytest.mark.django_db
+def test_backfill_of_an_ended_chain_books_nothing_after_its_last_occurrence(clock: FakeClock, calls: Any) -> None:
+    """An operator ended the chain by cancelling its occurrence: the slots after it were never the chain's."""
+    first = hourly()
+    fire_at(clock, T0 + HOUR)  # 13:00 fires, 14:00 is booked
+    (second,) = pending(first.chain_id)
+    engine.cancel_wake(second.pk)  # the chain ends at 14:00
+    clock.set(T0 + 5 * HOUR + timedelta(minutes=30))
+    done = django_wakes.backfill_chain(first.chain_id, start=T0, end=clock.now())
+    assert done.booked == [] and done.cancelled == 1 and done.after_end
+    assert "the chain has ended" in done.message
+    assert pending(first.chain_id) == []
+    assert django_wakes.run_due().fired == 0
+    assert len(calls) == 1  # 13:00 only
+
+
 # --------------------------------------------------------------------------------------------------
 # The chain page
 # --------------------------------------------------------------------------------------------------

@@ -65,9 +65,10 @@ def cancel_wake(wake_id: int) -> str:
     """Cancel a pending wake (or end the chain of a firing recurring occurrence); say what happened."""
     wake_id = wake_pk(wake_id, caller="cancel_wake()")
     using = db_alias()
-    before = _row(using, wake_id)
+    _row(using, wake_id)
     if cancel(wake_id):
-        if before.state == State.PENDING:
+        # Read what won: a runner may have claimed the wake since it was shown, so this call ended its chain.
+        if _row(using, wake_id).state == State.CANCELLED:
             return f"Wake {wake_id} was cancelled."
         return f"Wake {wake_id} is firing and cannot be stopped mid-fire; its chain ends after this occurrence."
     now = _row(using, wake_id)
@@ -183,9 +184,10 @@ def extend_expiry(wake_id: int, until: datetime | int | float) -> str:
             f"({wake.expires_at.isoformat()})"
         )
     due_at = moment if wake.fire_at is None else earliest(wake.fire_at, moment)
+    # due_at is computed from the fire_at read: a reschedule that moved it meanwhile makes this refuse.
     won = (
         Wake.objects.using(using)
-        .filter(pk=wake_id, state=State.PENDING, result__isnull=True, expires_at=wake.expires_at)
+        .filter(pk=wake_id, state=State.PENDING, result__isnull=True, expires_at=wake.expires_at, fire_at=wake.fire_at)
         .update(expires_at=moment, due_at=due_at, updated_at=now)
     )
     if not won:

@@ -224,6 +224,7 @@ class Backfill:
     had_occurrence: int = 0
     cancelled: int = 0
     after_live: int = 0
+    after_end: int = 0
 
     @property
     def message(self) -> str:
@@ -236,6 +237,8 @@ class Backfill:
             parts.append(f"{self.cancelled} cancelled by an operator, left cancelled")
         if self.after_live:
             parts.append("slots from the live occurrence on are the chain's own")
+        if self.after_end:
+            parts.append("slots after the chain's last occurrence are not backfilled: the chain has ended")
         return "; ".join(parts) + "."
 
 
@@ -275,8 +278,9 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
     Idempotent per slot: each row has the slot's chain key, so a slot that has a row (fired, pending,
     dead, or booked by an earlier backfill) books nothing. A slot ``catch_up="skip"`` closed without
     firing is revived (its row becomes a pending one-shot); one an operator cancelled stays cancelled.
-    Slots after now, after the chain's ``end_at``, before its first occurrence, or from its live
-    occurrence on are not backfilled. A held (paused) chain gets held rows. At most :data:`MAX_BACKFILL` slots.
+    Slots after now, after the chain's ``end_at``, before its first occurrence, from its live
+    occurrence on, or (a chain that has ended) after its last occurrence are not backfilled. A held
+    (paused) chain gets held rows. At most :data:`MAX_BACKFILL` slots.
     """
     chain_id = _chain_id(chain_id)
     begin = to_datetime(start, name="start")
@@ -300,15 +304,28 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
         with transaction.atomic(using=using):
             live = [row for row in _lock_live(using, chain_id) if row.is_recurring and row.fire_at is not None]
             horizon = until
-            after_live = 0
+            after_live = after_end = 0
             if live:
                 first_live = min(row.fire_at for row in live if row.fire_at is not None)
                 if first_live <= horizon:
                     after_live = 1
                     horizon = first_live - _TINY
+            else:
+                # The chain has ended (an operator cancelled its occurrence, its sink returned Stop(), its
+                # session was stopped): the slots after its last occurrence were never its own to fire.
+                last = (
+                    _rows(using, chain_id)
+                    .filter(_RECURRING)
+                    .order_by("-fire_at", "-id")
+                    .values_list("fire_at", flat=True)
+                    .first()
+                )
+                if last is not None and last < horizon:
+                    after_end = 1
+                    horizon = last
             paused_at = next((row.paused_at for row in live if row.paused_at is not None), None)
             if horizon < begin:
-                return Backfill(chain_id, begin, finish, after_live=after_live)
+                return Backfill(chain_id, begin, finish, after_live=after_live, after_end=after_end)
             count = grid.count(begin - _TINY, horizon)
             if count > MAX_BACKFILL:
                 raise InvalidSchedule(
@@ -347,7 +364,7 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
                         had += 1  # another backfill booked it a moment ago
             if booked:
                 _announce_due(using, now)
-            return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live)
+            return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live, after_end)
 
     return retry_rolled_back("backfilling a chain", attempt)
 
