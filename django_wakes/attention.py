@@ -10,7 +10,7 @@
   sinks than the runners, so its own registry is consulted only when no live runner recorded its kinds
   (no runner up, or runners that predate ``Runner.kinds``).
 
-Every query is bounded: firing wakes (few: at most the runners' batches) through ``wake_lease_idx``, the
+Every query is bounded: firing wakes (few: at most the runners' batches) through ``wake_firing_lease_idx``, the
 last :data:`HISTORY` fired attempts by primary key, live runner rows.
 """
 

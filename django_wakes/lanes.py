@@ -1,9 +1,9 @@
 """Lanes as an operator sees them: who holds a lane and since when, the queue behind it, paused or not.
 
 Read-only, and bounded whatever the table holds: a lane's holder is found through the unique
-``lane_lock`` index, its queue through ``wake_lane_head_idx`` (``serial_key, state, due_at, id``) with a
-LIMIT, counted up to :data:`COUNT_CAP`; the lists look at no more than :data:`LANES_SHOWN` firing wakes
-and the first :data:`DUE_SCAN` due wakes (``wake_claim_due_idx``). Pausing and resuming are engine
+``lane_lock`` index, its queue through ``wake_pending_lane_idx`` (``serial_key, due_at, id`` of pending rows)
+with a LIMIT, counted up to :data:`COUNT_CAP`; the lists look at no more than :data:`LANES_SHOWN` firing
+wakes and the first :data:`DUE_SCAN` due wakes (``wake_pending_due_idx``). Pausing and resuming are engine
 transitions (:func:`django_wakes.engine.pause_lane`, :func:`~django_wakes.engine.resume_lane`).
 """
 
