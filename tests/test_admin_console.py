@@ -480,3 +480,24 @@ def test_the_lanes_page_stays_bounded(admin_client: Any, django_assert_max_num_q
         with django_assert_max_num_queries(20):
             html = page(admin_client, LANES).content.decode()
     assert ">1000+<" in html
+
+
+def test_every_console_post_needs_the_csrf_token(django_user_model: Any) -> None:
+    """The wake buttons, the lanes page and the chain page change rows: a forged POST is refused, nothing changes."""
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+    wake = django_wakes.schedule(workspace_id="w", kind=KIND, delay="1h")
+    chain = django_wakes.schedule(workspace_id="w", kind=KIND, cron="0 * * * *", tz="UTC")
+    forged = [
+        (operate_url(wake, "cancel"), {}),
+        (operate_url(wake, "fire_now"), {}),
+        (reverse(LANES), {"lane": "acct:1", "do": "pause"}),
+        (reverse("admin:django_wakes_chain", args=[chain.chain_id]), {"action": "pause", "confirmed": "yes"}),
+    ]
+    for url, data in forged:
+        assert client.post(url, data).status_code == 403, url
+    assert Wake.objects.get(pk=wake.pk).state == State.PENDING
+    assert Wake.objects.get(pk=chain.pk).paused_at is None
+    assert not PausedLane.objects.exists()
