@@ -259,3 +259,34 @@ def test_the_backends_check_wants_the_app_installed():
     with override_settings(INSTALLED_APPS=installed):
         (error,) = task_backends["default"].check()
     assert error.id == "django_wakes.tasks.E001"
+
+
+def test_an_ended_chain_is_booked_again_though_an_extra_firing_of_it_is_pending(clock):
+    """An operator's one-shot firing (trigger now) books nothing after it: it does not keep the task scheduled."""
+    periodic(tasks.record, cron="*/5 * * * *", args=["x"])
+    sync_periodic()
+    (chain,) = live_chains()
+    extra = django_wakes.trigger_chain(chain.chain_id)
+    assert django_wakes.cancel(chain.pk)  # the chain is ended (by an operator, say)
+    report = sync_periodic()
+    assert report.booked == ["testproject.tasks.record"]
+    (recurring,) = [w for w in live_chains() if w.is_recurring]
+    assert recurring.chain_id != chain.chain_id
+    assert Wake.objects.get(pk=extra.pk).state == State.PENDING  # the operator's extra firing still runs
+    assert sync_periodic().kept == ["testproject.tasks.record"]
+
+
+def test_a_replanned_chain_is_kept_while_the_old_chains_last_occurrence_finishes(clock):
+    periodic(tasks.record, cron="*/5 * * * *", args=["old"])
+    sync_periodic()
+    clock.advance("5m")
+    (claim,) = django_wakes.engine.claim_batch(runner_id="r")  # the old chain's occurrence is firing
+    declared.restore({})
+    periodic(tasks.record, cron="*/5 * * * *", args=["new"])
+    assert sync_periodic().replanned == ["testproject.tasks.record"]
+    (new,) = Wake.objects.filter(kind=TASK_KIND, state=State.PENDING)
+    again = sync_periodic()  # another runner boots while the old occurrence still fires
+    assert again.kept == ["testproject.tasks.record"] and not again.changed
+    assert Wake.objects.get(pk=new.pk).state == State.PENDING  # not cancelled and booked a third time
+    django_wakes.engine.fire(claim)
+    assert [w.pk for w in live_chains()] == [new.pk]

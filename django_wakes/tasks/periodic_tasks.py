@@ -263,16 +263,21 @@ def _sync() -> SyncReport:
                 live.setdefault(name, []).append(wake)
         for name, wakes in sorted(live.items()):
             entry = wanted_now.get(name)
-            if entry is not None and all(_fingerprint(w) == entry.fingerprint for w in wakes):
+            # The chain is its open recurring row. Not a one-shot beside it (an operator's trigger now or
+            # backfill: it books nothing after it), nor an occurrence whose chain was closed while it fired
+            # or that was requeued (it finishes and books no successor): neither keeps the task scheduled.
+            chains = [w for w in wakes if w.is_recurring and w.end_at is None]
+            if entry is not None and chains and all(_fingerprint(w) == entry.fingerprint for w in chains):
                 report.kept.append(name)
                 continue
             for wake in wakes:
-                engine.cancel(wake.pk)  # pending: cancelled; firing: its chain books no successor
+                if entry is None or wake in chains or _fingerprint(wake) != entry.fingerprint:
+                    engine.cancel(wake.pk)  # pending: cancelled; firing: its chain books no successor
             if entry is None:
                 report.ended.append(name)
             else:
                 _book(entry)
-                report.replanned.append(name)
+                (report.replanned if chains else report.booked).append(name)
         for name, entry in sorted(wanted_now.items()):
             if name not in live:
                 _book(entry)
