@@ -66,6 +66,12 @@ class BackfillForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         start, end = cleaned.get("start"), cleaned.get("end")
+        for moment in (start, end):
+            try:
+                if moment is not None:
+                    moment.astimezone(UTC) - _TINY  # noqa: B018 - what the backfill computes from it
+            except OverflowError as exc:
+                raise forms.ValidationError(_("That date is out of range.")) from exc
         if start is not None and end is not None and end < start:
             raise forms.ValidationError(_("The end of the range is before its start."))
         return cleaned
@@ -264,7 +270,12 @@ def _act(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, template:
             start, end = form.cleaned_data["start"], form.cleaned_data["end"]
             context["start"], context["end"] = start.astimezone(zone), end.astimezone(zone)
             # How many slots of the schedule the range holds (up to now): what the operator is about to look at.
-            context["slots"] = recurrence.grid_for(template).count(start - _TINY, min(end, clock.now()))
+            # Counted from where a backfill would start (the chain's beginning, gc's horizon), so a start typed
+            # decades back costs no more than the chain's own history (and no OverflowError near year 1).
+            now = clock.now()
+            floor = engine.schedules.backfill_floor(template, now=now)[0]
+            counted_from = max(start, floor) if floor is not None else start
+            context["slots"] = recurrence.grid_for(template).count(counted_from - _TINY, min(end, now))
         return TemplateResponse(request, "admin/django_wakes/chain/confirm.html", context)
     try:
         said = _run(action, chain_id, request, form)

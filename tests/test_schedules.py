@@ -344,6 +344,27 @@ def test_backfill_of_an_ended_chain_books_nothing_after_its_last_occurrence(cloc
     assert len(calls) == 1  # 13:00 only
 
 
+@pytest.mark.django_db
+def test_backfill_leaves_out_slots_older_than_gc_keeps_their_rows(clock: FakeClock, calls: Any, settings: Any) -> None:
+    """gc deleted the rows of 13:00 … 15:00, which fired: with no row left to say so, they must not fire again."""
+    settings.WAKES = {**getattr(settings, "WAKES", {}), "GC_AFTER": "1d"}
+    first = hourly(catch_up="latest")
+    for k in (1, 2, 3):
+        fire_at(clock, T0 + k * HOUR)
+    clock.set(T0 + 3 * 24 * HOUR + timedelta(minutes=30))
+    django_wakes.run_due()  # 16:00 fires, standing for the newest slot; the chain goes on
+    assert len(calls) == 4
+    assert django_wakes.gc(older_than="1d") == 3  # the 13:00, 14:00 and 15:00 rows (occurrence 0 among them)
+    done = django_wakes.backfill_chain(first.chain_id, start=T0, end=T0 + 4 * HOUR)
+    assert done.booked == [] and done.gc_cut == clock.now() - 24 * HOUR
+    assert "gc may have deleted" in done.message
+    assert django_wakes.run_due().fired == 0 and len(calls) == 4
+    # Inside what gc keeps, the slots the latest fold left behind are still backfilled.
+    recent = django_wakes.backfill_chain(first.chain_id, start=clock.now() - 3 * HOUR, end=clock.now())
+    assert [w.fire_at for w in recent.booked] == [T0 + k * HOUR for k in (70, 71)]  # 72 is the one 16:00 fired for
+    assert recent.gc_cut is None
+
+
 # --------------------------------------------------------------------------------------------------
 # The chain page
 # --------------------------------------------------------------------------------------------------
@@ -419,3 +440,30 @@ def test_chain_buttons_confirm_then_act_and_say_what_happened(client: Any, djang
         assert Wake.objects.filter(chain_id=first.chain_id, result__backfill=True).count() == 3  # 14:00 … 16:00
         assert client.post(url, {"action": "nonsense", "confirmed": "yes"}).status_code == 400
         assert client.get(chain_url("f" * 32)).status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_backfill_confirmation_counts_from_where_a_backfill_would_start(
+    client: Any, django_user_model: Any
+) -> None:
+    """A start typed a century back is counted from the chain's first occurrence (fast); year 1 is a form error."""
+    with fake_clock(T0) as clock:
+        minutely = django_wakes.schedule(workspace_id="w", kind=KIND, cron="* * * * *", tz="UTC")
+        paris = django_wakes.schedule(workspace_id="w", kind=KIND, cron="0 * * * *", tz="Europe/Paris")
+        clock.set(T0 + HOUR)
+        client.force_login(staff(django_user_model, "operator3", "view_wake", "operate_wake"))
+        asked = client.post(
+            chain_url(minutely.chain_id), {"action": "backfill", "start": "1900-01-01T00:00", "end": "2030-01-07T13:00"}
+        )
+        assert asked.status_code == 200
+        assert asked.context["slots"] == 60  # 12:01 … 13:00: the chain began at 12:01
+        for chain in (minutely, paris):  # 00:00 UTC minus a microsecond; 00:09 LMT, before year 1 in UTC
+            year_one = {
+                "action": "backfill",
+                "start": "0001-01-01T00:00",
+                "end": "2030-01-07T13:00",
+                "confirmed": "yes",
+            }
+            refused = client.post(chain_url(chain.chain_id), year_one)
+            assert refused.status_code == 400 and "out of range" in refused.content.decode()
+        assert not Wake.objects.filter(result__backfill=True).exists()

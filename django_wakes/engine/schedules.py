@@ -39,6 +39,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from .. import clock, recurrence, signals
+from ..conf import wakes_settings
 from ..exceptions import InvalidSchedule, OperationRefused
 from ..models import State, Wake
 from ..timeutil import to_datetime
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_BACKFILL",
     "Backfill",
     "backfill_chain",
+    "backfill_floor",
     "chain_template",
     "pause_chain",
     "resume_chain",
@@ -225,6 +227,7 @@ class Backfill:
     cancelled: int = 0
     after_live: int = 0
     after_end: int = 0
+    gc_cut: datetime | None = None  # slots before this were left out: gc may have deleted their rows
 
     @property
     def message(self) -> str:
@@ -239,6 +242,11 @@ class Backfill:
             parts.append("slots from the live occurrence on are the chain's own")
         if self.after_end:
             parts.append("slots after the chain's last occurrence are not backfilled: the chain has ended")
+        if self.gc_cut is not None:
+            parts.append(
+                f"slots before {_iso(self.gc_cut)} are not backfilled: gc may have deleted the rows of those that"
+                " fired (WAKES['GC_AFTER'])"
+            )
         return "; ".join(parts) + "."
 
 
@@ -272,15 +280,40 @@ def _covered(using: str, chain_id: str, start: datetime, until: datetime) -> set
     return covered
 
 
+def backfill_floor(
+    template: Wake, *, now: datetime, using: str | None = None
+) -> tuple[datetime | None, datetime | None]:
+    """The earliest slot a backfill of ``template``'s chain may book, and the gc horizon if there is one.
+
+    Not before the chain began (its ``start_at``, its occurrence 0: slots before were never its to
+    miss), and not before ``now - WAKES["GC_AFTER"]``: gc deletes settled rows older than that, so an
+    older slot's row may be gone although the slot fired, and booking it would fire it again.
+    """
+    using = using or db_alias()
+    # The chain's first slot: its occurrence 0 (one-shot rows copy a template's number, never an earlier slot).
+    first = (
+        _rows(using, template.chain_id or "")
+        .filter(occurrence=0)
+        .order_by("fire_at")
+        .values_list("fire_at", flat=True)
+        .first()
+    )
+    gc_after = wakes_settings.gc_after
+    kept_since = now - gc_after if gc_after is not None else None
+    floors = [moment for moment in (template.start_at, first, kept_since) if moment is not None]
+    return (max(floors) if floors else None), kept_since
+
+
 def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetime | int | float) -> Backfill:
     """Book every slot of ``[start, end]`` that never fired, as one-shot rows due at once, oldest first.
 
     Idempotent per slot: each row has the slot's chain key, so a slot that has a row (fired, pending,
     dead, or booked by an earlier backfill) books nothing. A slot ``catch_up="skip"`` closed without
     firing is revived (its row becomes a pending one-shot); one an operator cancelled stays cancelled.
-    Slots after now, after the chain's ``end_at``, before its first occurrence, from its live
-    occurrence on, or (a chain that has ended) after its last occurrence are not backfilled. A held
-    (paused) chain gets held rows. At most :data:`MAX_BACKFILL` slots.
+    Slots after now, after the chain's ``end_at``, before its first occurrence, older than
+    ``WAKES["GC_AFTER"]`` (gc may have deleted the row of a slot that fired), from its live occurrence
+    on, or (a chain that has ended) after its last occurrence are not backfilled. A held (paused)
+    chain gets held rows. At most :data:`MAX_BACKFILL` slots.
     """
     chain_id = _chain_id(chain_id)
     begin = to_datetime(start, name="start")
@@ -293,11 +326,10 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
     now = clock.now()
     if begin > now:
         raise InvalidSchedule(f"backfill: start {begin.isoformat()} is in the future; only past slots are backfilled")
-    # The chain's first slot: its occurrence 0 (one-shot rows copy a template's number, never an earlier slot).
-    first = _rows(using, chain_id).filter(occurrence=0).order_by("fire_at").values_list("fire_at", flat=True).first()
-    for floor in (template.start_at, first):
-        if floor is not None:
-            begin = max(begin, floor)  # slots before the chain began were never its to miss
+    floor, kept_since = backfill_floor(template, now=now, using=using)
+    gc_cut = kept_since if kept_since is not None and begin < kept_since else None
+    if floor is not None:
+        begin = max(begin, floor)
     until = min(finish, now, *(m for m in (template.end_at,) if m is not None))
 
     def attempt() -> Backfill:
@@ -325,7 +357,7 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
                     horizon = last
             paused_at = next((row.paused_at for row in live if row.paused_at is not None), None)
             if horizon < begin:
-                return Backfill(chain_id, begin, finish, after_live=after_live, after_end=after_end)
+                return Backfill(chain_id, begin, finish, after_live=after_live, after_end=after_end, gc_cut=gc_cut)
             count = grid.count(begin - _TINY, horizon)
             if count > MAX_BACKFILL:
                 raise InvalidSchedule(
@@ -364,7 +396,7 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
                         had += 1  # another backfill booked it a moment ago
             if booked:
                 _announce_due(using, now)
-            return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live, after_end)
+            return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live, after_end, gc_cut)
 
     return retry_rolled_back("backfilling a chain", attempt)
 
