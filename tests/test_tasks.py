@@ -252,6 +252,21 @@ def test_the_last_attempt_fails_the_task_for_good(clock):
     assert Wake.objects.get(pk=int(result.id)).state == State.DEAD
 
 
+def test_a_failed_task_retried_from_the_dead_letter_keeps_its_history():
+    """The admin's Retry (requeue) gives fresh attempts; the result still shows the runs and errors so far."""
+    result = tasks.fail.enqueue("boom")
+    run()
+    assert django_wakes.engine.retry_wake(int(result.id))
+    fetched = tasks.fail.get_result(result.id)
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.attempts == 1 and fetched.worker_ids == [RUNNER]
+    assert [e.exception_class_path for e in fetched.errors] == ["testproject.tasks.TaskFailure"]
+    assert fetched.started_at is not None and fetched.last_attempted_at is not None
+    run()
+    again = tasks.fail.get_result(result.id)
+    assert again.status == TaskResultStatus.FAILED and again.attempts == 2 and len(again.errors) == 2
+
+
 def test_the_context_carries_the_attempt_and_the_result():
     result = tasks.context_echo.enqueue()
     run()

@@ -66,7 +66,9 @@ def load_task(wake: Wake) -> Task:  # type: ignore[type-arg]
 def started_attempts(wake: Wake) -> list[WakeAttempt]:
     """The settled attempts that started the task, oldest first (none for a wake never claimed before)."""
     first_claim = wake.attempts <= (1 if wake.state == State.FIRING else 0)
-    if first_claim and not wake.guarded and wake.state in (State.PENDING, State.FIRING):
+    # A dead task retried from the dead letter (requeue) starts counting again but keeps its last_error:
+    # its earlier attempts are rows to read.
+    if first_claim and not wake.guarded and not wake.last_error and wake.state in (State.PENDING, State.FIRING):
         return []  # never settled an attempt, never interrupted: no row to read (saves a query per task)
     return list(
         WakeAttempt.objects.using(db_alias())
