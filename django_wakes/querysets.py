@@ -39,7 +39,9 @@ class WakeQuerySet(models.QuerySet["Wake"]):
 
     def lane_free(self) -> WakeQuerySet:
         """Drop wakes whose lane has a firing wake (a cheap pre-filter; the unique lane_lock decides)."""
-        holder = self.model._default_manager.filter(lane_lock=OuterRef("serial_key"))
+        # state=FIRING says what the check constraint already guarantees (lane_lock is set only while
+        # firing), so that a planner hashing this probe reads the few firing rows, not the whole table.
+        holder = self.model._default_manager.filter(lane_lock=OuterRef("serial_key"), state=FIRING)
         return self.filter(Q(serial_key__isnull=True) | ~Exists(holder))
 
     def lane_heads(self) -> WakeQuerySet:

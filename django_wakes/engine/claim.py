@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -174,11 +173,7 @@ def _claim_in_one_statement(
     lease_until = now + (lease or wakes_settings.lease)
     params = [now if _is_now(value) else value for value in statement.params]
     params += [State.FIRING, token, lease_until, runner_id, now, Fence._meta.db_table, now, json.dumps(_PLAIN_RESULT)]
-    # Its own transaction; inside a caller's, a savepoint, so a refused lane leaves that one usable.
-    in_caller_transaction = connection.in_atomic_block
-    with transaction.atomic(using=using) if in_caller_transaction else nullcontext(), connection.cursor() as cursor:
-        cursor.execute(statement.sql, params)
-        rows = cursor.fetchall()
+    rows = _run_without_jit(connection, using, statement.sql, params)
     if any(row[0] == "lapsed" for row in rows):
         return None
     claims: list[Claim] = []
@@ -195,6 +190,46 @@ def _claim_in_one_statement(
         claims.extend(_claim_in_steps(using, now, kinds, len(undecided), runner_id, lanes, lease, queues, undecided))
         claims.sort(key=lambda c: (-c.wake.priority, c.wake.due_at or now, c.wake.pk))
     return claims
+
+
+def _run_without_jit(connection: Any, using: str, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Run the claim statement as its own transaction with PostgreSQL's JIT off; return its rows.
+
+    With a backlog of due wakes the planner's cost estimate of the claim (a probe per candidate)
+    crosses ``jit_above_cost``, and JIT-compiling it takes hundreds of milliseconds for a statement
+    that runs in one or two. ``SET LOCAL`` keeps the setting to this transaction. With Django's
+    client-side parameter binding (its default for psycopg 3) ``BEGIN; SET LOCAL …; statement;
+    COMMIT`` goes out as one query string, one round trip; with ``server_side_binding`` it is a
+    transaction of separate statements. Inside a caller's transaction (tests, ``run_due()`` in an
+    ``atomic()``) it runs in a savepoint, JIT as configured, so a refused lane leaves that
+    transaction usable.
+    """
+    if connection.in_atomic_block:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+    if connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute(f"BEGIN; SET LOCAL jit = off; {sql}; COMMIT", params)
+            raw = cursor.cursor
+            while raw.description is None:  # BEGIN and SET return no rows
+                if not raw.nextset():
+                    raise RuntimeError("the claim statement returned no result")
+            rows = list(cursor.fetchall())
+            while raw.nextset():  # COMMIT
+                pass
+            return rows
+        except BaseException:
+            try:
+                cursor.execute("ROLLBACK")  # a failed statement leaves its transaction open and aborted
+            except Exception:  # noqa: BLE001 - a broken connection: the original error says why
+                logger.debug("ROLLBACK after a failed claim statement failed too", exc_info=True)
+            raise
 
 
 #: Claim statements are compiled with this in place of "now"; each pass puts its own now there.
