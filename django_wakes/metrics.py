@@ -118,7 +118,7 @@ def exposition(now: datetime) -> str:
     )
     out.gauge(
         "waiting_wakes",
-        "Pending wakes with no due time: waiting for an event or an answer.",
+        "Pending wakes whose event or answer has not come (due only at their expiry, if any).",
         (({"kind": k.kind}, k.waiting) for k in kinds),
     )
     out.gauge(

@@ -65,7 +65,7 @@ class KindBacklog:
 
     kind: str
     pending: int = 0
-    waiting: int = 0  # pending with no due time: waiting for an event or an answer
+    waiting: int = 0  # pending, its event or answer not come yet (due only at its expiry, if it has one)
     due: int = 0  # pending, due now (overdue ones included)
     overdue: int = 0
     due_next_hour: int = 0
@@ -109,7 +109,7 @@ def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Bac
         .values_list("kind")
         .annotate(
             pending=Count("id"),
-            waiting=Count("id", filter=Q(due_at__isnull=True)),
+            waiting=Count("id", filter=Q(fire_at__isnull=True)),  # fire_at is set when the trigger comes
             due=Count("id", filter=Q(due_at__lte=now)),
             overdue=Count("id", filter=Q(due_at__lt=now - OVERDUE_AFTER)),
             due_next_hour=Count("id", filter=Q(due_at__gte=now, due_at__lt=now + HOUR)),

@@ -192,7 +192,7 @@ def test_backlog_counts_live_wakes_by_kind_and_settled_ones_of_the_last_day(cloc
     make_row(clock, State.PENDING, due_at=now - timedelta(seconds=30))  # due, not yet overdue
     make_row(clock, State.PENDING, due_at=now + timedelta(minutes=30))  # due within the hour
     make_row(clock, State.PENDING, due_at=now + timedelta(hours=3))
-    make_row(clock, State.PENDING, kind=OTHER, due_at=None, trigger_type=TriggerType.ON_EVENT)  # waiting
+    make_row(clock, State.PENDING, kind=OTHER, fire_at=None, due_at=None, trigger_type=TriggerType.ON_EVENT)  # waiting
     make_row(clock, State.FIRING, kind=OTHER, lease_until=now - timedelta(seconds=1), claimed_by="gone")
     make_row(clock, State.FIRING, kind=OTHER, lease_until=now + timedelta(seconds=10), claimed_by="alive")
     make_row(clock, State.FIRED, updated_at=now - timedelta(hours=2))
@@ -214,6 +214,25 @@ def test_backlog_counts_live_wakes_by_kind_and_settled_ones_of_the_last_day(cloc
     settled = stats.settled_by_state(now - stats.DAY)
     assert settled == {"fired": 1, "expired": 0, "cancelled": 0, "dead": 1, "superseded": 0}
     assert backlog.oldest_overdue == now - timedelta(minutes=5)
+
+
+def test_waiting_counts_watchers_and_approvals_whose_trigger_has_not_come(clock: FakeClock, sinks: Any) -> None:
+    """Most have an expiry, hence a due time; a paused chain's held occurrence has none but waits for no event."""
+    import django_wakes
+
+    sinks(KIND)
+    sinks(OTHER)
+
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass", expires_in="7d", kind=OTHER)
+    django_wakes.request_approval(workspace_id=WS, prompt="Deploy?", expires_in="30m", kind=OTHER)
+    chain = django_wakes.schedule(workspace_id=WS, kind=KIND, cron="0 * * * *", tz="UTC")
+    django_wakes.pause_chain(chain.chain_id)
+    backlog = stats.backlog(clock.now())
+    by_kind = {k.kind: k for k in backlog.by_kind}
+    assert by_kind[OTHER].waiting == 2 and by_kind[KIND].waiting == 0
+    assert by_kind[OTHER].due_next_hour == 1  # the approval expires within the hour: it is due then
+    django_wakes.deliver_event(workspace_id=WS, event_key="ci:pass")
+    assert {k.kind: k for k in stats.backlog(clock.now()).by_kind}[OTHER].waiting == 1  # the event came
 
 
 def test_backlog_sums_kinds_past_the_cap(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
