@@ -191,6 +191,11 @@ def _page_context(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, 
                 until=live.end_at,
             )
         ]
+    if live is not None:
+        paused = live.paused_at is not None
+    else:  # an ended chain may still hold rows (backfilled while it was paused): Resume releases them
+        held = Wake.objects.using(using).filter(chain_id=chain_id, state=State.PENDING, paused_at__isnull=False)
+        paused = held.exists()
     now = clock.now()
     return {
         **model_admin.admin_site.each_context(request),
@@ -202,7 +207,7 @@ def _page_context(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, 
         "dst": recurrence.DstPolicy.of(template).describe() if template.cron else "",
         "zone": str(zone),
         "live": live,
-        "paused": live is not None and live.paused_at is not None,
+        "paused": paused,
         "paused_since": local_text(live.paused_at, zone) if live is not None else "",
         "ends": local_text(template.end_at, zone) if template.end_at else "",
         "history": _history(rows[:HISTORY_SHOWN], zone),

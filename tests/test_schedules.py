@@ -345,6 +345,31 @@ def test_backfill_of_an_ended_chain_books_nothing_after_its_last_occurrence(cloc
 
 
 @pytest.mark.django_db
+def test_rows_held_by_a_chain_that_ended_while_paused_can_still_be_resumed(
+    clock: FakeClock, calls: Any, client: Any, django_user_model: Any
+) -> None:
+    """Backfilled while paused, then the held occurrence cancelled: the backfill rows must not stay pending forever."""
+    first = _outage(clock, "skip")  # 13:00 … 17:00 skipped, 18:00 pending
+    django_wakes.pause_chain(first.chain_id)
+    done = django_wakes.backfill_chain(first.chain_id, start=T0, end=clock.now())
+    assert len(done.booked) == 5
+    (held_occurrence,) = [w for w in pending(first.chain_id) if w.is_recurring]
+    engine.cancel_wake(held_occurrence.pk)  # the chain ends
+    client.force_login(staff(django_user_model, "operator4", "view_wake", "operate_wake"))
+    assert 'id="chain-resume"' in client.get(chain_url(first.chain_id)).content.decode()
+    said = django_wakes.resume_chain(first.chain_id)
+    assert "5 occurrence(s) due again" in said
+    fired = 0
+    while report := django_wakes.run_due():
+        if not report.fired:
+            break
+        fired += report.fired
+    assert fired == 5 and pending(first.chain_id) == []
+    with pytest.raises(OperationRefused, match="not paused"):
+        django_wakes.resume_chain(first.chain_id)
+
+
+@pytest.mark.django_db
 def test_backfill_leaves_out_slots_older_than_gc_keeps_their_rows(clock: FakeClock, calls: Any, settings: Any) -> None:
     """gc deleted the rows of 13:00 … 15:00, which fired: with no row left to say so, they must not fire again."""
     settings.WAKES = {**getattr(settings, "WAKES", {}), "GC_AFTER": "1d"}

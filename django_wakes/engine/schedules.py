@@ -156,7 +156,9 @@ def resume_chain(chain_id: str) -> str:
     def attempt() -> int:
         now = clock.now()
         with transaction.atomic(using=using):
-            live = [row for row in _lock_live(using, chain_id) if row.is_recurring]
+            # Every live row, one-shots too: a chain that ended while paused (its held occurrence cancelled,
+            # its sink returned Stop()) may leave held backfill rows that nothing else would ever release.
+            live = _lock_live(using, chain_id)
             if not any(row.paused_at is not None for row in live):
                 raise OperationRefused(f"chain {chain_id} is not paused")
             rows = _rows(using, chain_id).filter(paused_at__isnull=False)
