@@ -290,3 +290,20 @@ def test_a_replanned_chain_is_kept_while_the_old_chains_last_occurrence_finishes
     assert Wake.objects.get(pk=new.pk).state == State.PENDING  # not cancelled and booked a third time
     django_wakes.engine.fire(claim)
     assert [w.pk for w in live_chains()] == [new.pk]
+
+
+def test_a_paused_periodic_task_stays_paused_when_its_declaration_changes(clock):
+    periodic(tasks.record, cron="*/5 * * * *", args=["old"])
+    sync_periodic()
+    (old,) = live_chains()
+    django_wakes.pause_chain(old.chain_id)
+    declared.restore({})
+    periodic(tasks.record, cron="*/5 * * * *", args=["new"])
+    assert sync_periodic().replanned == ["testproject.tasks.record"]
+    (new,) = live_chains()
+    assert new.intent["args"] == ["new"] and new.paused_at is not None and new.due_at is None  # held
+    clock.advance("1h")
+    assert django_wakes.run_due().fired == 0
+    assert sync_periodic().kept == ["testproject.tasks.record"]
+    django_wakes.resume_chain(new.chain_id)
+    assert django_wakes.run_due().fired == 1

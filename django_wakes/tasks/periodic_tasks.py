@@ -276,7 +276,9 @@ def _sync() -> SyncReport:
             if entry is None:
                 report.ended.append(name)
             else:
-                _book(entry)
+                booked = _book(entry)
+                if any(w.paused_at is not None for w in chains) and booked.chain_id:
+                    engine.pause_chain(booked.chain_id)  # an operator paused the task: a deploy does not resume it
                 (report.replanned if chains else report.booked).append(name)
         for name, entry in sorted(wanted_now.items()):
             if name not in live:
