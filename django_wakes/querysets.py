@@ -81,15 +81,18 @@ class WakeQuerySet(models.QuerySet["Wake"]):
             .order_by(*CLAIM_ORDER)
         )
 
-    def lock_pending(self, ids: Iterable[int]) -> WakeQuerySet:
-        """Lock these rows if still pending, skipping any another runner is claiming right now.
+    def lock_pending(self, ids: Iterable[int], now: datetime) -> WakeQuerySet:
+        """Lock these rows if still pending and due, skipping any another runner is claiming right now.
 
         The only place that uses ``select_for_update(skip_locked=True)``: a runner never waits
-        behind another's claim, it moves on (duplicates waste a read, never double-fire). A row
-        whose ``due_at`` was cleared since the candidates were read (a paused chain) is not taken.
+        behind another's claim, it moves on (duplicates waste a read, never double-fire). The
+        candidates were read without locks, so what an operator committed since is checked again
+        on the locked rows: a wake rescheduled later, a paused chain (``due_at`` cleared) or a
+        paused lane is not taken.
         """
         return (
-            self.filter(id__in=list(ids), state=PENDING, due_at__isnull=False)
+            self.filter(id__in=list(ids), state=PENDING, due_at__lte=now)
+            .lane_not_paused()
             .select_for_update(skip_locked=True)
             .order_by(*CLAIM_ORDER)
         )

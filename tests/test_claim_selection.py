@@ -154,3 +154,23 @@ def test_a_chain_that_skips_or_folds_missed_slots_says_so_with_a_signal(
         occurrences_missed.disconnect(listener)
     assert sorted(heard) == sorted([(skip.chain_id, 3, "skip"), (latest.chain_id, 2, "latest")])
     assert replay.chain_id not in {chain for chain, _, _ in heard}
+
+
+@pytest.mark.parametrize("change", ["reschedule", "pause_lane"])
+def test_what_an_operator_changed_after_the_candidate_read_is_not_locked(clock, sinks, change):
+    """The candidates are read without locks: the locked re-read must see a reschedule or a paused lane."""
+    from django.db import transaction
+
+    sinks(KIND)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, serial_key="L", delay="0s")
+    now = clock.now()
+    candidates = list(Wake.objects.claimable(now, [KIND]).values_list("id", flat=True))
+    assert candidates == [wake.pk]  # a runner's plain read saw it due ...
+    if change == "reschedule":  # ... then an operator moved it a day ahead, or paused its lane
+        engine.reschedule(wake.pk, now + timedelta(days=1))
+    else:
+        engine.pause_lane("L")
+    with transaction.atomic():
+        assert list(Wake.objects.lock_pending(candidates, now)) == []
+    assert django_wakes.run_due().claimed == 0
+    assert Wake.objects.get(pk=wake.pk).state == State.PENDING

@@ -107,7 +107,9 @@ def test_a_runner_that_read_the_occurrence_before_the_pause_does_not_claim_it(cl
     assert candidates == [first.pk]  # the runner's plain read saw it due ...
     django_wakes.pause_chain(first.chain_id)  # ... then the operator paused the chain
     with transaction.atomic():
-        assert list(Wake.objects.lock_pending(candidates)) == []  # ... so the runner's locked read drops it
+        assert (
+            list(Wake.objects.lock_pending(candidates, clock.now())) == []
+        )  # ... so the runner's locked read drops it
     assert django_wakes.run_due().fired == 0
 
 

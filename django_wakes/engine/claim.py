@@ -129,7 +129,7 @@ def _claim_in_steps(
             ids = list(_due_candidates(using, now, kinds, lanes, queues).values_list("id", flat=True)[:room])
         if not ids:
             return claims
-        locked = list(manager.lock_pending(ids))
+        locked = list(manager.lock_pending(ids, now))
         claims.extend(_claim_rows(using, locked, now, runner_id, lease))
         return claims
 
