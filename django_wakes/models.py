@@ -207,10 +207,16 @@ class Wake(models.Model):
         # nothing else to pick, whatever its statistics say (docs/performance.md, "stale statistics").
         # No index leads with ``state``: one would be chosen for ``state = 'pending'`` when the
         # statistics say no row is pending, and scanned in full for every lane probe. MySQL/MariaDB
-        # have no partial indexes (Django skips them there); migration 0017 gives them full ones.
+        # have no partial indexes (Django creates these without their condition there); migrations
+        # 0017 and 0018 add the state-leading ones their claim path used before.
         indexes = [
             # claim_batch(), next_due_at(): pending rows whose due_at has come, earliest first.
             models.Index(fields=["due_at", "id"], condition=Q(state=State.PENDING), name="wake_pending_due_idx"),
+            # claim_batch() over a due backlog: pending rows in claim order (querysets.CLAIM_ORDER), so the
+            # scan stops after the first free lane heads instead of sorting every due row.
+            models.Index(
+                fields=["-priority", "due_at", "id"], condition=Q(state=State.PENDING), name="wake_pending_order_idx"
+            ),
             # the lane head check: the earliest pending (due_at, id) of a serial_key. Only rows in a lane,
             # so the claim's scan of due wakes (no serial_key condition) can never pick it.
             models.Index(

@@ -537,11 +537,11 @@ def between_read_and_claim(monkeypatch):
     original = WakeQuerySet.lock_pending
     hooks = []
 
-    def lock_pending(self, ids):
+    def lock_pending(self, ids, *args, **kwargs):
         ids = list(ids)
         while hooks:
             hooks.pop(0)(ids)
-        return original(self, ids)
+        return original(self, ids, *args, **kwargs)
 
     monkeypatch.setattr(WakeQuerySet, "lock_pending", lock_pending)
     return hooks.append

@@ -1,6 +1,7 @@
-"""MySQL/MariaDB have no partial indexes, and Django skips the conditional ones of 0016 there.
+"""MySQL/MariaDB have no partial indexes: Django creates the conditional ones of 0016 there without
+their condition (full indexes on the same columns).
 
-So they get the full composite indexes the claim path used before 0016 (leading with ``state``),
+So they also get the composite indexes the claim path used before 0016 (leading with ``state``),
 under their own names; the project state does not track them (they exist on MySQL/MariaDB only).
 InnoDB re-samples a table's statistics by itself after 10 % of its rows change, and its optimizer
 does not pick them over the primary key as PostgreSQL's does with stale statistics.
