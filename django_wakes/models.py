@@ -213,9 +213,13 @@ class Wake(models.Model):
             # claim_batch(), next_due_at(): pending rows whose due_at has come, earliest first.
             models.Index(fields=["due_at", "id"], condition=Q(state=State.PENDING), name="wake_pending_due_idx"),
             # claim_batch() over a due backlog: pending rows in claim order (querysets.CLAIM_ORDER), so the
-            # scan stops after the first free lane heads instead of sorting every due row.
+            # scan stops after the first free lane heads instead of sorting every due row. "priority IS
+            # NOT NULL" (always true) is in its predicate so that only the claim's scan, which says so,
+            # can use it: a lane probe walking it in full would cost O(pending) per candidate.
             models.Index(
-                fields=["-priority", "due_at", "id"], condition=Q(state=State.PENDING), name="wake_pending_order_idx"
+                fields=["-priority", "due_at", "id"],
+                condition=Q(state=State.PENDING, priority__isnull=False),
+                name="wake_pending_order_idx",
             ),
             # the lane head check: the earliest pending (due_at, id) of a serial_key. Only rows in a lane,
             # so the claim's scan of due wakes (no serial_key condition) can never pick it.

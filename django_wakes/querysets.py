@@ -73,6 +73,10 @@ class WakeQuerySet(models.QuerySet["Wake"]):
         """
         return (
             self.due(now)
+            # Always true (the column is NOT NULL), and the predicate of wake_pending_order_idx: the
+            # claim's scan may walk that index in claim order, the lane probes (no such condition)
+            # cannot, whatever the statistics say about its size.
+            .filter(priority__isnull=False)
             .of_kinds(kinds)
             .in_queues(queues)
             .lane_free()
