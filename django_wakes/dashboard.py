@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -20,11 +20,11 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from . import clock, stats
+from .admin import moment
 from .attention import Attention
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "title": _("Wakes dashboard"),
         "opts": model_admin.model._meta,
         "overview": overview,
-        "as_of": moment(overview.now),
+        "as_of": moment(overview.now, zone=True),
         "query_ms": f"{overview.query_seconds * 1000:.0f}",
         "cards": _cards(overview),
         "lateness": _lateness_rows(overview),
@@ -99,19 +99,6 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "runners": _runner_rows(overview.runners, overview.now),
     }
     return TemplateResponse(request, "admin/django_wakes/dashboard.html", context)
-
-
-def moment(value: datetime | None) -> SafeString | str:
-    """A time to the second in the operator's time zone, with UTC on hover."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    return format_html(
-        '<time datetime="{}" title="{} UTC">{}</time>',
-        value.isoformat(),
-        value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    )
 
 
 def seconds_text(value: float | None, *, beyond: float | None = None) -> str:
@@ -354,10 +341,14 @@ def _runner_rows(runners: stats.Runners, now: datetime) -> list[RunnerRow]:
             RunnerRow(
                 in_hand=entry,
                 url=reverse("admin:django_wakes_runner_change", args=[runner.pk]),
-                started=moment(runner.started_at),
+                started=moment(runner.started_at, zone=True),
                 heartbeat_age=seconds_text(max((now - runner.heartbeat_at) / timedelta(seconds=1), 0.0)),
                 wakes=[
-                    (wake, reverse("admin:django_wakes_wake_change", args=[wake.id]), moment(wake.claimed_at))
+                    (
+                        wake,
+                        reverse("admin:django_wakes_wake_change", args=[wake.id]),
+                        moment(wake.claimed_at, zone=True),
+                    )
                     for wake in entry.wakes
                 ],
             )

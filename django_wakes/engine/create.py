@@ -6,6 +6,7 @@ coalescing slot, a chain's slot key) all end at a unique index: concurrent creat
 
 from __future__ import annotations
 
+import inspect
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -243,33 +244,9 @@ def schedule(
     return create_wake(fields, coalesce=coalesce, budget=budget, now=now)
 
 
-#: What :func:`schedule` takes, and so what each item of :func:`schedule_many` may name.
-SCHEDULE_ARGUMENTS = frozenset(
-    {
-        "workspace_id",
-        "session_id",
-        "delay",
-        "at",
-        "cron",
-        "every",
-        "tz",
-        "start_at",
-        "end_at",
-        "catch_up",
-        "dst",
-        "kind",
-        "serial_key",
-        "intent",
-        "idempotency_key",
-        "coalesce",
-        "expires_in",
-        "expires_at",
-        "max_attempts",
-        "budget",
-        "priority",
-        "queue_name",
-    }
-)
+#: What :func:`schedule` takes, and so what each item of :func:`schedule_many` may name (read off its
+#: signature, so the two cannot drift apart).
+SCHEDULE_ARGUMENTS = frozenset(inspect.signature(schedule).parameters)
 
 
 def _schedule_fields(

@@ -65,6 +65,8 @@ CHAIN_ID_LENGTH: int = Wake._meta.get_field("chain_id").max_length or 32
 LIVE = (State.PENDING, State.FIRING)
 _TINY = timedelta(microseconds=1)
 _RECURRING = ~Q(cron="") | Q(every__isnull=False)
+#: The fields that make a row recur, cleared: such a row fires once and books no successor.
+_NOT_RECURRING: dict[str, Any] = {"cron": "", "every": None, "catch_up": "", "dst_ambiguous": "", "dst_missing": ""}
 
 
 def _chain_id(value: Any) -> str:
@@ -182,11 +184,7 @@ def _one_shot(template: Wake, slot: datetime, result: dict[str, Any], idempotenc
     """The fields of an extra, non-recurring row of ``template``'s chain at ``slot`` (it books no successor)."""
     fields = recurrence.occurrence_fields(template, slot, None)
     fields.update(
-        cron="",
-        every=None,
-        catch_up="",
-        dst_ambiguous="",
-        dst_missing="",
+        _NOT_RECURRING,
         start_at=None,
         end_at=None,
         occurrence=template.occurrence,
@@ -413,22 +411,15 @@ def _held(fields: dict[str, Any], paused_at: datetime | None) -> dict[str, Any]:
 def _revive(using: str, row: Wake, result: dict[str, Any], paused_at: datetime | None, now: datetime) -> bool:
     """Turn a slot catch-up skipped (cancelled, never fired) into a pending one-shot: a compare-and-swap."""
     assert row.fire_at is not None  # an occurrence row always has its slot
-    due = None if paused_at is not None else row.fire_at
     return bool(
         Wake.objects.using(using)
         .filter(_RECURRING, pk=row.pk, state=State.CANCELLED)  # revived once: then it is a pending one-shot
         .update(
+            **_NOT_RECURRING,
             state=State.PENDING,
             result=result,
-            cron="",
-            every=None,
-            catch_up="",
-            dst_ambiguous="",
-            dst_missing="",
             end_at=None,
-            due_at=due,
-            paused_at=paused_at,
-            paused_due_at=row.fire_at if paused_at is not None else None,
+            **_held({"due_at": row.fire_at, "paused_at": None, "paused_due_at": None}, paused_at),
             attempts=0,
             settled_at=None,
             updated_at=now,
