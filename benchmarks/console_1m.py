@@ -34,55 +34,14 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, models, reset_queries  # noqa: E402
+from django.db import connection, reset_queries  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from benchmarks.seeding import insert_select  # noqa: E402
 from django_wakes.models import PausedLane, Runner, Wake, WakeAttempt  # noqa: E402
-
-
-def insert_select(model: type[models.Model], count: int, overrides: dict[str, str], params: list[object]) -> None:
-    """``INSERT INTO <model> SELECT ... FROM generate_series(1, count) g``; ``overrides`` are SQL over ``g``.
-
-    Every other concrete field takes its model default, so fields added to the model later need no change here.
-    """
-    columns, expressions, values = [], [], []
-    for field in model._meta.concrete_fields:
-        if field.primary_key:
-            continue
-        columns.append(connection.ops.quote_name(field.column))
-        if field.name in overrides:
-            expressions.append(overrides[field.name])
-            continue
-        default = field.get_default()
-        if default is None:
-            if not field.null:
-                raise SystemExit(f"{model.__name__}.{field.name} needs a value in the benchmark's seeding")
-            expressions.append("NULL")
-        else:
-            expressions.append("%s")
-            values.append(field.get_db_prep_save(default, connection))
-    table = connection.ops.quote_name(model._meta.db_table)
-    sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(expressions)} FROM"
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} generate_series(1, {count}) AS g", _ordered(model, overrides, params, values))
-
-
-def _ordered(
-    model: type[models.Model], overrides: dict[str, str], params: list[object], defaults: list[object]
-) -> list[object]:
-    """Interleave the overrides' parameters and the defaults' in the order their columns come."""
-    given, fallback, ordered = iter(params), iter(defaults), []
-    for field in model._meta.concrete_fields:
-        if field.primary_key:
-            continue
-        if field.name in overrides:
-            ordered.extend(next(given) for _ in range(overrides[field.name].count("%s")))
-        elif field.get_default() is not None:
-            ordered.append(next(fallback))
-    return ordered
 
 
 def seed(rows: int) -> None:

@@ -39,45 +39,17 @@ django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, models  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from benchmarks.seeding import insert_select  # noqa: E402
 from django_wakes import metrics  # noqa: E402
 from django_wakes.models import Runner, State, TriggerType, Wake, WakeAttempt  # noqa: E402
 
 KINDS = 20
 RUNNERS = 5
-
-
-def insert_select(model: type[models.Model], count: int, overrides: dict[str, str], source: str = "") -> None:
-    """``INSERT INTO <model> SELECT ... FROM generate_series(1, count) g``: ``overrides`` are SQL over ``g``.
-
-    Every other concrete field takes its model default (NULL where it has none and may be NULL), so a
-    field added to the model later does not break the seeding.
-    """
-    columns, expressions, params = [], [], []
-    for field in model._meta.concrete_fields:
-        if field.primary_key and field.name not in overrides:
-            continue
-        columns.append(connection.ops.quote_name(field.column))
-        if field.name in overrides:
-            expressions.append(overrides[field.name])
-            continue
-        default = field.get_default()
-        if default is None:
-            if not field.null:
-                raise SystemExit(f"{model.__name__}.{field.name} needs a value in the benchmark's seeding")
-            expressions.append("NULL")
-        else:
-            expressions.append("%s")
-            params.append(field.get_db_prep_save(default, connection))
-    table = connection.ops.quote_name(model._meta.db_table)
-    sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(expressions)} FROM "
-    sql += source or f"generate_series(1, {count}) AS g"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
 
 
 def seed(rows: int, days: int, pending: int) -> None:
