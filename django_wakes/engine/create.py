@@ -25,7 +25,7 @@ from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int, priority_value, prompt_text
 from . import retention, sessions
-from .shared import after, db_alias, earliest, firing_wake, hash_token, logger, retry_rolled_back
+from .shared import after, announce_due, db_alias, earliest, firing_wake, hash_token, logger, retry_rolled_back
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
 
@@ -474,7 +474,7 @@ def watch(
         "creating a watch", lambda: _create_watch(using, fields, keys, since_at, event_match, now, budget)
     )
     if wake.fire_at is not None and wake.result is not None:
-        transaction.on_commit(partial(signals.wakes_due.send, sender=Wake, due_at=now), using=using)
+        announce_due(using, now)
     return wake
 
 

@@ -17,12 +17,12 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, signals
+from .. import clock
 from ..exceptions import InvalidWake, OperationRefused
 from ..models import PausedLane, State, TriggerType, Wake
 from ..timeutil import to_datetime
 from ..validation import key, wake_pk
-from .shared import db_alias, earliest
+from .shared import announce_due, db_alias, earliest
 from .triggers import cancel, requeue
 
 #: How many characters of a pause reason are kept (the admin's form says so too).
@@ -42,10 +42,6 @@ def _refuse_unless_pending(wake: Wake, doing: str) -> None:
         raise OperationRefused(f"wake {wake.pk} is firing: it cannot be {doing} until it settles")
     if wake.state != State.PENDING:
         raise OperationRefused(f"wake {wake.pk} is {wake.state}: it cannot be {doing}")
-
-
-def _announce_due(using: str, now: datetime) -> None:
-    transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
 
 
 def _lane_note(using: str, wake: Wake) -> str:
@@ -112,7 +108,7 @@ def fire_now(wake_id: int) -> str:
     if not won:
         _refuse_unless_pending(_row(using, wake_id), "fired now")
         raise OperationRefused(f"wake {wake_id} changed meanwhile; look again")  # pragma: no cover - a race
-    _announce_due(using, now)
+    announce_due(using, now)
     return f"Wake {wake_id} is due now; the next runner pass fires it." + _lane_note(using, wake)
 
 
@@ -156,7 +152,7 @@ def reschedule(wake_id: int, at: datetime | int | float) -> str:
         _refuse_unless_pending(_row(using, wake_id), "rescheduled")
         raise OperationRefused(f"wake {wake_id} was triggered or moved meanwhile; look again")
     if moment <= now:
-        _announce_due(using, now)
+        announce_due(using, now)
     return f"Wake {wake_id} is now due at {moment.isoformat()}."
 
 
@@ -223,5 +219,5 @@ def resume_lane(serial_key: str) -> bool:
     using = db_alias()
     deleted, _ = PausedLane.objects.using(using).filter(serial_key=lane).delete()
     if deleted:
-        _announce_due(using, clock.now())
+        announce_due(using, clock.now())
     return bool(deleted)

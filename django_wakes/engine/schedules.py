@@ -38,14 +38,14 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
-from .. import clock, recurrence, signals
+from .. import clock, recurrence
 from ..conf import wakes_settings
 from ..exceptions import InvalidSchedule, OperationRefused
 from ..models import State, Wake
 from ..timeutil import to_datetime
 from ..validation import key
 from .create import create_wake
-from .shared import db_alias, retry_rolled_back
+from .shared import announce_due, db_alias, retry_rolled_back
 
 __all__ = [
     "MAX_BACKFILL",
@@ -100,10 +100,6 @@ def _lock_live(using: str, chain_id: str) -> list[Wake]:
     live = _rows(using, chain_id).filter(state__in=LIVE).select_for_update().order_by("id")
     list(live)
     return list(live.all())
-
-
-def _announce_due(using: str, now: datetime) -> None:
-    transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
 
 
 def pause_chain(chain_id: str) -> str:
@@ -172,7 +168,7 @@ def resume_chain(chain_id: str) -> str:
                 updated_at=now,
             )
             rows.filter(state=State.FIRING).update(paused_at=None, updated_at=now)
-            _announce_due(using, now)
+            announce_due(using, now)
             return resumed
 
     resumed = retry_rolled_back("resuming a chain", attempt)
@@ -210,7 +206,7 @@ def trigger_chain(chain_id: str, *, request_id: str | None = None) -> Wake:
     now = clock.now()
     result = {"trigger": "at", "slot": _iso(now), "manual": True}
     wake = create_wake(_one_shot(template, now, result, f"chain:{chain_id}:manual:{request}"), now=now)
-    _announce_due(db_alias(), now)
+    announce_due(db_alias(), now)
     return wake
 
 
@@ -395,7 +391,7 @@ def backfill_chain(chain_id: str, *, start: datetime | int | float, end: datetim
                     else:
                         had += 1  # another backfill booked it a moment ago
             if booked:
-                _announce_due(using, now)
+                announce_due(using, now)
             return Backfill(chain_id, begin, finish, booked, revived, had, cancelled, after_live, after_end, gc_cut)
 
     return retry_rolled_back("backfilling a chain", attempt)

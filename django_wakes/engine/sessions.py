@@ -14,14 +14,14 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import clock, signals
+from .. import clock
 from ..conf import wakes_settings
 from ..durations import parse_duration
 from ..exceptions import BudgetExceeded, SessionStopped
 from ..models import LIVE_STATES, SessionControl, State, Wake, WorkspaceLock
 from ..sinks import SESSION_TURN
 from ..validation import key
-from .shared import db_alias, lock_or_create, logger
+from .shared import announce_due, db_alias, lock_or_create, logger
 
 
 def _lock_session(using: str, session_id: str, workspace_id: str, now: datetime) -> SessionControl:
@@ -91,7 +91,7 @@ def nudge_session(session_id: str) -> int:
         .update(due_at=now, updated_at=now)
     )
     if nudged:
-        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+        announce_due(using, now)
     return nudged
 
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django.db import IntegrityError, InterfaceError, InternalError, OperationalError, connections, router, transaction
 from django.db.models import Model, QuerySet
 
+from .. import signals
 from ..exceptions import InvalidDuration
 from ..models import Wake
 
@@ -69,6 +70,15 @@ def lock_or_create(rows: QuerySet[M], lookup: dict[str, Any], defaults: dict[str
     except IntegrityError:
         pass
     return rows.select_for_update().get(**lookup)
+
+
+def announce_due(using: str, now: datetime) -> None:
+    """Send :data:`~django_wakes.signals.wakes_due` once the current transaction commits: wakes became due now.
+
+    A runner in this process is nudged by it (and hosts may hook it); sent on commit, so nobody is
+    told about a change that rolled back.
+    """
+    transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
 
 
 def after(now: datetime, delta: timedelta, *, name: str) -> datetime:

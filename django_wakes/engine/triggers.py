@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Case, F, Q, When
 
-from .. import clock, events, signals
+from .. import clock, events
 from ..conf import wakes_settings
 from ..durations import Duration
 from ..exceptions import (
@@ -27,7 +27,7 @@ from ..models import State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from . import retention
 from .create import events_result
-from .shared import db_alias, hash_token, retry_rolled_back
+from .shared import announce_due, db_alias, hash_token, retry_rolled_back
 
 
 def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, retain: Duration | None = None) -> int:
@@ -46,7 +46,7 @@ def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, ret
     using = db_alias()
     accepted = retry_rolled_back("delivering an event", lambda: _deliver(using, workspace, event, body, keep, now))
     if accepted:
-        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+        announce_due(using, now)
     return accepted
 
 
@@ -142,7 +142,7 @@ def resolve_hashed(token_hash: str | None, answer: Any, actor: Any) -> Wake:
     )
     wake.refresh_from_db(using=using)
     if won:
-        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+        announce_due(using, now)
         return wake
     raise _approval_refusal(wake, now)
 
@@ -204,5 +204,5 @@ def requeue(wake_id: int) -> bool:
         )
     )
     if won:
-        transaction.on_commit(lambda: signals.wakes_due.send(sender=Wake, due_at=now), using=using)
+        announce_due(using, now)
     return bool(won)
