@@ -45,7 +45,7 @@ from django.urls import reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from benchmarks.seeding import insert_select  # noqa: E402
-from django_wakes import metrics  # noqa: E402
+from django_wakes.console import metrics  # noqa: E402
 from django_wakes.models import Runner, State, TriggerType, Wake, WakeAttempt  # noqa: E402
 
 KINDS = 20

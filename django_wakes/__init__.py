@@ -32,8 +32,8 @@ _EXPORTS = {
     "resume_chain": "engine",
     "trigger_chain": "engine",
     "backfill_chain": "engine",
-    "preview": "recurrence",
-    "DstPolicy": "recurrence",
+    "preview": "schedules.recurrence",
+    "DstPolicy": "schedules.recurrence",
     "once": "receipts",
     "sink": "sinks",
     "registry": "sinks",
@@ -90,7 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .exceptions import *  # noqa: F403
     from .receipts import once  # noqa: F401
-    from .recurrence import DstPolicy, preview  # noqa: F401
+    from .schedules.recurrence import DstPolicy, preview  # noqa: F401
     from .sinks import KEEP, Defer, Done, Retry, Stop, registry, sink  # noqa: F401
 
 

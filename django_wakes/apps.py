@@ -13,10 +13,11 @@ class WakesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, push, tasks  # noqa: F401  (checks registers the system checks)
+        from . import checks, tasks  # noqa: F401  (checks registers the system checks)
+        from .engine import notify
         from .sinks import registry
 
-        push.connect()
+        notify.connect()
 
         registry.load_settings()
         if tasks.framework_available():  # Django 6, or the django-tasks backport: tasks are wakes of this kind

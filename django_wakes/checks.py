@@ -195,7 +195,7 @@ def _webhook_error(message: str) -> CheckMessage:
 
 def _webhooks() -> Iterator[CheckMessage]:
     """Validate WEBHOOKS; messages name the source and the key, never a secret's value."""
-    from .webhooks import SOURCE_KEYS, SOURCE_MAX_LENGTH
+    from .web.webhooks import SOURCE_KEYS, SOURCE_MAX_LENGTH
 
     value = wakes_settings.get("WEBHOOKS")
     if not isinstance(value, dict):
@@ -231,7 +231,7 @@ def _webhooks() -> Iterator[CheckMessage]:
 
 def _metrics_tokens() -> Iterator[CheckMessage]:
     """Validate METRICS_TOKENS; a message names the token's position, never its value."""
-    from .metrics import TOKEN_MIN_LENGTH
+    from .console.metrics import TOKEN_MIN_LENGTH
 
     value = wakes_settings.get("METRICS_TOKENS")
     hint = "Give a list of random strings (secrets.token_urlsafe(32)), kept out of the code: an environment variable."

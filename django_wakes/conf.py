@@ -19,7 +19,7 @@ Defaults (every key optional)::
         "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
         "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
-        "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.tools):
+        "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.agents.tools):
                                   # see BUDGET_DEFAULTS; a limit set to None is off
         "SESSION_BUSY": None,     # dotted path of fn(session_id) -> bool: a busy session's turn waits
         "BUSY_RETRY": "2s",       # how soon a session_turn wake deferred for a busy session is looked at again
@@ -182,7 +182,7 @@ class WakesSettings:
 
     @property
     def webhooks(self) -> dict[str, dict[str, Any]]:
-        """Source -> its webhook settings (``SECRETS``, ``MAX_BYTES``, ``MAP``); read by ``django_wakes.webhooks``."""
+        """Source -> its settings (``SECRETS``, ``MAX_BYTES``, ``MAP``), for :mod:`django_wakes.web.webhooks`."""
         return dict(self.get("WEBHOOKS") or {})
 
     @property
@@ -191,7 +191,7 @@ class WakesSettings:
 
     @property
     def metrics_tokens(self) -> list[str]:
-        """The bearer tokens the metrics endpoint accepts (``django_wakes.metrics``); none by default."""
+        """The bearer tokens the metrics endpoint accepts (``django_wakes.console.metrics``); none by default."""
         return list(self.get("METRICS_TOKENS") or [])
 
     def backoff(self, attempts: int) -> timedelta:

@@ -21,6 +21,10 @@ ROOT = "payload"
 MAX_PATHS = 20
 MAX_PATH_LENGTH = 200
 
+#: A signed webhook delivery's timestamp must be within this of the server's clock, and so must a replay:
+#: a delivery id older than twice it can never be replayed, and gc may forget it.
+WEBHOOK_TOLERANCE = timedelta(minutes=5)
+
 
 def match_filter(value: Any, *, name: str = "match") -> dict[str, Any] | None:
     """Validate a match filter; return it as stored (``None`` when not given)."""

@@ -506,7 +506,7 @@ class WebhookDelivery(models.Model):
 
     Inserted in the transaction that delivers the event, so a replay is refused (the unique
     constraint decides, across processes) and a delivery that failed left no row and can be retried.
-    ``django_wakes.webhooks.forget_deliveries`` deletes old rows.
+    ``django_wakes.engine.forget_deliveries`` deletes old rows.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -4,17 +4,20 @@ Approval links are then ``reverse("django_wakes:approve", args=[token])``: that 
 token's hash in the session and redirects to the token-free ``django_wakes:answer`` page, which
 needs a logged-in user (so the project needs a login view and ``settings.LOGIN_URL``).
 
-Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.api`), and senders of
-events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.webhooks`;
+Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.web.approval_api`), and senders of
+events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.web.webhooks`;
 every source is refused with 404 until ``WAKES["WEBHOOKS"]`` configures it).
 
-Prometheus scrapes ``django_wakes:metrics`` (``metrics/``, :mod:`django_wakes.metrics`) with a bearer
+Prometheus scrapes ``django_wakes:metrics`` (``metrics/``, :mod:`django_wakes.console.metrics`) with a bearer
 token from ``WAKES["METRICS_TOKENS"]``; staff who may view wakes can read it in a browser.
 """
 
 from django.urls import path
 
-from . import api, metrics, views, webhooks
+from .console import metrics
+from .web import approval_api as api
+from .web import approval_pages as views
+from .web import webhooks
 
 app_name = "django_wakes"
 

@@ -12,7 +12,7 @@ logger = logging.getLogger("testproject")
 
 def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
     """Stand-in for an agent host: print the turn a real host would start (with a tool-made wake's note)."""
-    from django_wakes.tools import turn_context
+    from django_wakes.agents.tools import turn_context
 
     context = turn_context(session_id, result)
     note = (context["wake"] or {}).get("note")

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 import django_wakes
 from django_wakes import clock
-from django_wakes.admin import compact_duration
+from django_wakes.console.display import compact_duration
 from django_wakes.models import Outcome, PausedLane, Runner, State, TriggerType, Wake, WakeAttempt
 from django_wakes.testing import fake_clock
 from tests.factories import WakeFactory

@@ -1,4 +1,4 @@
-"""The dashboard: its numbers (``django_wakes.stats``) from wakes the real engine fired, and its page.
+"""The dashboard: its numbers (``django_wakes.console.stats``) from wakes the real engine fired, and its page.
 
 Every figure is checked against what the test did through the engine (scheduled, fired late, failed,
 buried, claimed by a runner), with the fake clock deciding how late.
@@ -17,8 +17,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import django_wakes
-from django_wakes import engine, stats
-from django_wakes.charts import ChartSeries, bar_chart, nice_ceiling
+from django_wakes import engine
+from django_wakes.console import stats
+from django_wakes.console.charts import ChartSeries, bar_chart, nice_ceiling
 from django_wakes.engine import runners as runner_rows
 from django_wakes.models import State, TriggerType, Wake
 from django_wakes.querysets import stale_after

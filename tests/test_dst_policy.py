@@ -15,10 +15,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import django_wakes
-from django_wakes import recurrence
 from django_wakes.exceptions import InvalidSchedule, InvalidWake
 from django_wakes.models import State, Wake
-from django_wakes.recurrence import CronGrid, DstPolicy
+from django_wakes.schedules import recurrence
+from django_wakes.schedules.recurrence import CronGrid, DstPolicy
 from django_wakes.testing import fake_clock
 
 KIND = "test.dst"

@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 import django_wakes
-from django_wakes import metrics
+from django_wakes.console import metrics
 from django_wakes.engine import runners as runner_rows
 from django_wakes.models import State, TriggerType, Wake
 from django_wakes.testing import FakeClock

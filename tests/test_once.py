@@ -11,13 +11,7 @@ import pytest
 from django.db import connections, transaction
 
 import django_wakes
-from django_wakes.exceptions import (
-    InvalidIntent,
-    InvalidWake,
-    OnceInProgress,
-    OnceInterrupted,
-    WakeError,
-)
+from django_wakes.exceptions import InvalidIntent, InvalidWake, OnceInProgress, OnceInterrupted, WakeError
 from django_wakes.models import Receipt, ReceiptState
 from django_wakes.receipts import once
 

@@ -1,7 +1,7 @@
 """Recurring wakes (issue 3): cron/every chains, catch-up policies, the DST rule, chain endings.
 
 Every test drives the public engine API (``schedule``/``run_due``/``cancel``) under a fake clock;
-the grid tests at the end check :class:`~django_wakes.recurrence.CronGrid` directly.
+the grid tests at the end check :class:`~django_wakes.schedules.recurrence.CronGrid` directly.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import django_wakes
-from django_wakes import engine, recurrence
+from django_wakes import engine
 from django_wakes.exceptions import InvalidSchedule, InvalidTime, NotRegistered
 from django_wakes.models import State, Wake, WakeAttempt
-from django_wakes.recurrence import CronGrid, EveryGrid
+from django_wakes.schedules import recurrence
+from django_wakes.schedules.recurrence import CronGrid, EveryGrid
 from django_wakes.sinks import registry
 from django_wakes.testing import FakeClock, fake_clock
 

@@ -1,4 +1,4 @@
-"""The :class:`~django_wakes.runner.Sweeper` in this process: passes, push nudges, stop, gc, heartbeat, signals.
+"""The :class:`~django_wakes.runner.sweeper.Sweeper` in this process: passes, push nudges, stop, gc, heartbeat, signals.
 
 Runners that loop run in a thread of the test process against the test database
 (``transaction=True``: what the test writes is committed, so the runner thread's own connection sees

@@ -182,8 +182,8 @@ def test_a_lost_notify_only_delays_the_wake_to_the_next_backstop_tick(procs: Pro
     settle_canary(procs, runner)
     wait_for(pg_listening, timeout=30, what="the runner's LISTEN connection")
 
-    uid = "django_wakes.push.created"
-    from django_wakes import push
+    uid = "django_wakes.engine.notify.created"
+    from django_wakes.engine import notify as push
 
     assert signals.wake_created.disconnect(dispatch_uid=uid), "push hint receiver not connected"
     try:

@@ -18,10 +18,11 @@ from django.db import connection, connections, transaction
 from django.urls import reverse
 
 import django_wakes
-from django_wakes import engine, recurrence
+from django_wakes import engine
 from django_wakes.engine.schedules import MAX_BACKFILL
 from django_wakes.exceptions import InvalidSchedule, InvalidTime, OperationRefused, WakeError
 from django_wakes.models import State, Wake
+from django_wakes.schedules import recurrence
 from django_wakes.testing import FakeClock, fake_clock
 
 KIND = "test.chain"

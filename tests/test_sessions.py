@@ -273,7 +273,7 @@ def test_the_context_overflow_recipe_survives_a_runner_kill(clock, settings):
 
 
 def test_the_tools_always_spend_the_agents_budget(clock, settings, spawned):
-    from django_wakes import tools
+    from django_wakes.agents import tools
 
     settings.WAKES = {**settings.WAKES, "BUDGETS": {"SESSION_MAX_LIVE": 1}}
     first = tools.dispatch("schedule_followup", {"delay": "1h", "note": "one"}, workspace_id=WS, session_id="s-t")

@@ -1,4 +1,4 @@
-"""``django_wakes.tools``: the agent-facing tool definitions and ``dispatch``.
+"""``django_wakes.agents.tools``: the agent-facing tool definitions and ``dispatch``.
 
 What a model sees (schemas, descriptions, results, error dicts), what each call writes (or, for bad
 input, does not write), idempotent retries, session isolation, approval tokens kept from the model,
@@ -18,7 +18,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_wakes
-from django_wakes import engine, tools
+from django_wakes import engine
+from django_wakes.agents import tools
 from django_wakes.exceptions import ApprovalNotFound, InvalidSchedule, InvalidWake, WakeError
 from django_wakes.models import State, TriggerType, Wake
 
@@ -130,10 +131,10 @@ def test_a_host_offers_some_tools_and_gets_fresh_copies():
 
 def test_importing_tools_needs_no_django_setup_and_imports_no_model():
     code = (
-        "import sys, django_wakes.tools as t; "
+        "import sys, django_wakes.agents.tools as t; "
         "assert len(t.tool_definitions('openai')) == 5; "
         "assert 'django_wakes.models' not in sys.modules and 'django_wakes.engine' not in sys.modules; "
-        "import django_wakes; assert 'django_wakes.tools' not in django_wakes.__all__"
+        "import django_wakes; assert 'django_wakes.agents.tools' not in django_wakes.__all__"
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)

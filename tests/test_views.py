@@ -22,7 +22,7 @@ import django_wakes
 from django_wakes import engine
 from django_wakes.models import State, Wake
 from django_wakes.testing import fake_clock
-from django_wakes.views import SESSION_KEY
+from django_wakes.web.approval_pages import SESSION_KEY
 
 pytestmark = pytest.mark.django_db
 

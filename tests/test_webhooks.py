@@ -28,12 +28,13 @@ from django.test import Client
 
 import django_wakes
 from django_wakes import clock as wakes_clock
-from django_wakes import webhooks
 from django_wakes.checks import check_wakes_settings
+from django_wakes.engine import forget_deliveries
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.models import WebhookDelivery
 from django_wakes.testing import fake_clock
-from django_wakes.webhooks import forget_deliveries, sign
+from django_wakes.web import webhooks
+from django_wakes.web.webhooks import sign
 
 pytestmark = pytest.mark.django_db
 

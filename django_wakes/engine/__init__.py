@@ -29,6 +29,7 @@ from .passes import (
     run_due,
     unwakeable_log,
 )
+from .retention import forget_deliveries
 from .schedules import Backfill, backfill_chain, pause_chain, resume_chain, trigger_chain
 from .sessions import nudge_session, resume_session, stop_session
 from .settle import (
@@ -76,6 +77,7 @@ __all__ = [
     "fire",
     "fire_claims",
     "gc",
+    "forget_deliveries",
     "hand_back",
     "hash_token",
     "next_due_at",

@@ -22,10 +22,11 @@ from typing import Any
 from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
-from .. import clock, recurrence, signals
+from .. import clock, signals
 from ..conf import wakes_settings
 from ..models import Fence, Outcome, State, TriggerType, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
+from ..schedules import recurrence
 from ..sinks import registry
 from . import create, settle
 from .shared import db_alias, logger, new_claim_token, retry_rolled_back

@@ -16,15 +16,16 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, events, push, recurrence, signals
+from .. import clock, events, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, UnknownKind, WakeError
 from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, State, TriggerType, Wake, WatchedKey
+from ..schedules import recurrence
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int, priority_value, prompt_text
-from . import retention, sessions
+from . import notify, retention, sessions
 from .shared import after, announce_due, db_alias, earliest, firing_wake, hash_token, logger, retry_rolled_back
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
@@ -180,9 +181,9 @@ def _announce_created(using: str, wakes: list[Wake]) -> None:
     """Inside the creating transaction: one NOTIFY for the earliest due (delivered at commit), and
     ``wake_created`` for each wake on commit (which nudges this process's runners)."""
     due = [wake.due_at for wake in wakes if wake.due_at is not None]
-    if due and push.notify_in_transaction(min(due), using):
+    if due and notify.notify_in_transaction(min(due), using):
         for wake in wakes:
-            setattr(wake, push.NOTIFIED, True)
+            setattr(wake, notify.NOTIFIED, True)
     for wake in wakes:
         transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
 
@@ -214,7 +215,7 @@ def schedule(
 ) -> Wake:
     """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``.
 
-    ``dst``: a cron chain's daylight-saving policy (:class:`~django_wakes.recurrence.DstPolicy`,
+    ``dst``: a cron chain's daylight-saving policy (:class:`~django_wakes.schedules.recurrence.DstPolicy`,
     ``{"ambiguous": ..., "missing": ...}`` or ``"ambiguous=both,missing=skip"``); default, today's rule.
     """
     now = clock.now()
@@ -600,7 +601,7 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     """Insert a chain's next occurrence after ``wake`` settled; return it (``None``: the chain is over).
 
     Called inside the settle transaction (fired, dead, expired notice; not after ``Stop()``), so the
-    settle and the booking commit together. :mod:`~django_wakes.recurrence` decides the slot (from
+    settle and the booking commit together. :mod:`~django_wakes.schedules.recurrence` decides the slot (from
     the slot the firing stood for, never the wall clock); ``end_at`` is re-read here because
     :func:`~django_wakes.cancel` on a firing occurrence closes the chain by setting it, and
     ``paused_at`` because pausing the chain while this occurrence fired books the next one held
@@ -624,7 +625,7 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
 def book_occurrence(wake: Wake, slot: datetime, end_at: datetime | None, *, paused_at: datetime | None = None) -> Wake:
     """Insert the occurrence of ``wake``'s chain at ``slot`` (or return the row an earlier booking made).
 
-    The row carries the idempotency key :func:`~django_wakes.recurrence.chain_key`, so booking one
+    The row carries the idempotency key :func:`~django_wakes.schedules.recurrence.chain_key`, so booking one
     slot twice (a replayed settle, two runners) yields one row.
     """
     return create_wake(recurrence.occurrence_fields(wake, slot, end_at, paused_at=paused_at))

@@ -24,9 +24,9 @@ from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
-from ..webhooks import forget_deliveries
 from . import retention
 from .claim import Claim, claim_batch, take_over_lapsed
+from .retention import forget_deliveries
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
 from .shared import (
     ROLLBACK_TRIES,

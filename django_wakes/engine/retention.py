@@ -13,10 +13,13 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import clock
 from ..conf import wakes_settings
-from ..events import matches
-from ..models import EventKeyLock, RetainedEvent
-from .shared import lock_or_create, logger
+from ..durations import Duration, parse_duration
+from ..events import WEBHOOK_TOLERANCE, matches
+from ..exceptions import InvalidDuration
+from ..models import EventKeyLock, RetainedEvent, WebhookDelivery
+from .shared import db_alias, lock_or_create, logger
 
 #: How long a key lock row outlives its last use before gc deletes it.
 LOCK_IDLE = timedelta(days=1)
@@ -70,3 +73,25 @@ def forget_expired(using: str, now: datetime) -> int:
     )
     EventKeyLock.objects.using(using).filter(used_at__lt=now - LOCK_IDLE).delete()
     return deleted
+
+
+def forget_deliveries(older_than: Duration, *, batch: int = 1000) -> int:
+    """Delete the delivery ids accepted more than ``older_than`` ago; return how many.
+
+    A delivery's timestamp was within :data:`~django_wakes.events.WEBHOOK_TOLERANCE` of its arrival and a
+    replay must be within it too, so an id older than twice the tolerance can never be replayed
+    successfully: a shorter ``older_than`` raises :class:`~django_wakes.exceptions.InvalidDuration`.
+    """
+    keep = parse_duration(older_than, name="older_than")
+    if keep < 2 * WEBHOOK_TOLERANCE:
+        raise InvalidDuration(f"older_than: {keep} is less than twice the webhook tolerance ({2 * WEBHOOK_TOLERANCE})")
+    cutoff = clock.now() - keep
+    using = db_alias()
+    total = 0
+    while True:
+        ids = list(
+            WebhookDelivery.objects.using(using).filter(received_at__lt=cutoff).values_list("pk", flat=True)[:batch]
+        )
+        if not ids:
+            return total
+        total += WebhookDelivery.objects.using(using).filter(pk__in=ids).delete()[0]

@@ -18,7 +18,7 @@ the rest of the engine:
   nothing after it) handed ``{"slot": now, "manual": true}``. The grid and the live occurrence are
   untouched. A ``request_id`` (the admin's form sends one) makes a resubmitted form book once.
 * **backfill** books the chain's slots in a past range that never fired, each as a one-shot row keyed
-  :func:`~django_wakes.recurrence.chain_key` — the key the chain itself books that slot under — so
+  :func:`~django_wakes.schedules.recurrence.chain_key` — the key the chain itself books that slot under — so
   running it twice, or racing the chain, books no slot twice. Only slots before the live occurrence
   are backfilled: those after it are the chain's own to fire (and its catch-up policy's to fold).
 
@@ -38,10 +38,11 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
-from .. import clock, recurrence
+from .. import clock
 from ..conf import wakes_settings
 from ..exceptions import InvalidSchedule, OperationRefused
 from ..models import State, Wake
+from ..schedules import recurrence
 from ..timeutil import to_datetime
 from ..validation import key
 from .create import create_wake

@@ -16,13 +16,7 @@ from django.db.models import Case, F, Q, When
 from .. import clock, events
 from ..conf import wakes_settings
 from ..durations import Duration
-from ..exceptions import (
-    ApprovalAlreadyResolved,
-    ApprovalDenied,
-    ApprovalError,
-    ApprovalExpired,
-    ApprovalNotFound,
-)
+from ..exceptions import ApprovalAlreadyResolved, ApprovalDenied, ApprovalError, ApprovalExpired, ApprovalNotFound
 from ..models import State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from . import retention

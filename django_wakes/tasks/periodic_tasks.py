@@ -26,13 +26,14 @@ from typing import Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from .. import clock, engine, recurrence
+from .. import clock, engine
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..engine.shared import lock_or_create, retry_rolled_back
 from ..exceptions import InvalidWake
 from ..models import LIVE_STATES, Wake, WorkspaceLock
 from ..querysets import WakeQuerySet
+from ..schedules import recurrence
 from ..validation import key
 from . import TASK_KIND, options
 from .compat import Task

@@ -7,8 +7,8 @@ from datetime import datetime
 from django import template
 from django.urls import reverse
 
-from ..admin import moment as _moment
-from ..forms import PauseLaneForm
+from ..console.display import moment as _moment
+from ..console.forms import PauseLaneForm
 
 register = template.Library()
 

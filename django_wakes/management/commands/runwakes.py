@@ -1,4 +1,4 @@
-"""``manage.py runwakes``: argument parsing and logging set-up around :class:`~django_wakes.runner.Sweeper`."""
+"""``manage.py runwakes``: argument parsing and logging set-up around :class:`~django_wakes.runner.sweeper.Sweeper`."""
 
 from __future__ import annotations
 

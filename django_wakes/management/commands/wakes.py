@@ -178,7 +178,7 @@ class Command(BaseCommand):
 
         from django.conf import settings
 
-        from django_wakes import recurrence
+        from django_wakes.schedules import recurrence
 
         try:
             begin = _start_moment(start, tz or settings.TIME_ZONE) if start is not None else None

@@ -96,7 +96,7 @@ class Command(BaseCommand):
 
     def agent_follow_up(self, runner: Sweeper) -> None:
         """A model's tool call (as a host would dispatch it) books a follow-up; the turn comes back."""
-        from django_wakes import tools
+        from django_wakes.agents import tools
 
         out = self.stdout
         out.write(self.style.MIGRATE_HEADING("An agent asks to be woken: dispatch('schedule_followup', ...)"))

@@ -1,6 +1,6 @@
 """The JSON approval API: ``POST approvals/api/`` answers an approval with its token, for programs.
 
-The approval page (:mod:`django_wakes.views`) is for a person with a browser; this is the same answer
+The approval page (:mod:`django_wakes.web.approval_pages`) is for a person with a browser; this is the same answer
 for a chat bot, a CLI or a single-page app: ``{"token": ..., "approved": bool, "comment": ...}`` in,
 ``{"wake": id, "approved": bool}`` out, refusals as JSON with the page's status codes.
 
@@ -11,13 +11,12 @@ bearer token header: never the session cookie), and the view is then CSRF-exempt
 CSRF token. ``WAKES["AUTHORIZE"]`` still decides whether that actor may answer the approval.
 
 The token travels in the body only, so it is in no URL, and Django's request logger (which logs the
-path) never sees it; nothing here logs a body. The helpers for JSON requests and responses are shared
-with :mod:`django_wakes.webhooks`.
+path) never sees it; nothing here logs a body. The helpers for JSON requests and responses
+(:mod:`.json_http`) are shared with :mod:`django_wakes.web.webhooks`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +26,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.debug import sensitive_variables
 
-from . import engine
-from .conf import wakes_settings
-from .exceptions import (
+from .. import engine
+from ..conf import wakes_settings
+from ..exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
     ApprovalError,
@@ -38,6 +37,15 @@ from .exceptions import (
     WakeError,
 )
 from .forms import COMMENT_MAX_CHARS
+from .json_http import (
+    BadRequest,
+    json_error,
+    method_not_allowed,
+    parse_object,
+    read_body,
+    refusal,
+    refuse_unknown_fields,
+)
 
 logger = logging.getLogger("django_wakes")
 
@@ -54,72 +62,6 @@ REFUSALS: dict[type[ApprovalError], tuple[int, str, str]] = {
 }
 
 ANSWER_FIELDS = {"token", "approved", "comment"}
-
-
-class BadRequest(Exception):
-    """A JSON request to refuse: ``status``, a stable ``code`` and a message for the caller."""
-
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-
-
-def json_error(status: int, code: str, detail: str, **headers: str) -> JsonResponse:
-    """Return ``{"error": code, "detail": detail}`` with ``status``."""
-    response = JsonResponse({"error": code, "detail": detail}, status=status)
-    for name, value in headers.items():
-        response.headers[name.replace("_", "-")] = value
-    return response
-
-
-def refusal(exc: BadRequest) -> JsonResponse:
-    return json_error(exc.status, exc.code, exc.detail)
-
-
-def method_not_allowed() -> JsonResponse:
-    return json_error(405, "method_not_allowed", "Use POST.", Allow="POST")
-
-
-def read_body(request: HttpRequest, max_bytes: int) -> bytes:
-    """Return the request body if it is at most ``max_bytes`` long; raise a 413 ``BadRequest`` otherwise.
-
-    The declared ``Content-Length`` is refused before anything is read; the body is then read to at
-    most one byte past the limit, so a body longer than it declares (or declaring nothing, as under
-    ASGI it may) is refused without being held in memory either.
-    """
-    too_large = BadRequest(413, "too_large", f"The body is larger than the limit of {max_bytes} bytes.")
-    try:
-        declared = int(request.headers.get("Content-Length") or 0)
-    except ValueError:
-        declared = 0  # unparseable: the read below still bounds it
-    if declared > max_bytes:
-        raise too_large
-    body = request.read(max_bytes + 1)
-    if len(body) > max_bytes:
-        raise too_large
-    return body
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_object(body: bytes) -> dict[str, Any]:
-    """Return the JSON object ``body`` holds (strict UTF-8, no NaN or Infinity); raise a 400 ``BadRequest``."""
-    try:
-        data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise BadRequest(400, "bad_json", "The body is not valid JSON (UTF-8).") from None
-    if not isinstance(data, dict):
-        raise BadRequest(400, "bad_json", "The body must be a JSON object.")
-    return data
-
-
-def refuse_unknown_fields(data: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        shown = ", ".join(repr(name[:40]) for name in unknown[:5])
-        raise BadRequest(400, "bad_request", f"Unknown fields: {shown}; allowed: {', '.join(sorted(allowed))}.")
 
 
 @sensitive_variables("data", "token")

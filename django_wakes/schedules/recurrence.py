@@ -37,11 +37,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, CroniterError, croniter
 from django.conf import settings
 
-from .durations import Duration, parse_duration
-from .exceptions import InvalidDuration, InvalidSchedule
-from .models import Wake
-from .states import CatchUp, DstAmbiguous, DstMissing, TriggerType
-from .timeutil import to_datetime
+from ..durations import Duration, parse_duration
+from ..exceptions import InvalidDuration, InvalidSchedule
+from ..models import Wake
+from ..states import CatchUp, DstAmbiguous, DstMissing, TriggerType
+from ..timeutil import to_datetime
 
 __all__ = [
     "CatchUpPlan",
@@ -810,7 +810,7 @@ def preview(
     the local time in ``tz`` (default ``settings.TIME_ZONE``) and the DST changes and adjustments.
     Bad input raises :class:`InvalidSchedule` (or :class:`~django_wakes.exceptions.InvalidTime`).
     """
-    from . import clock  # the injectable clock: a preview under fake_clock starts at the fake now
+    from .. import clock  # the injectable clock: a preview under fake_clock starts at the fake now
 
     if (cron is None) == (every is None):
         raise InvalidSchedule("preview: pass exactly one of cron or every")

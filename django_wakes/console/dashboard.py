@@ -23,14 +23,15 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from . import clock, stats
-from .admin import moment
+from .. import clock
+from . import stats
 from .attention import Attention
+from .display import moment
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
+from ..states import State
 from .charts import ChartSeries, bar_chart
-from .states import State
 
 
 @dataclass(frozen=True)

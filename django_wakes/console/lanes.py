@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import clock
-from .models import PausedLane, State, Wake
+from .. import clock
+from ..models import PausedLane, State, Wake
 
 #: A lane's waiting wakes are counted up to this many ("1000+" beyond).
 COUNT_CAP = 1000

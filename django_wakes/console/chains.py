@@ -27,9 +27,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import clock, engine, recurrence
-from .exceptions import WakeError
-from .models import State, Wake, WakeAttempt
+from .. import clock, engine
+from ..exceptions import WakeError
+from ..models import State, Wake, WakeAttempt
+from ..schedules import recurrence
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
@@ -48,7 +49,7 @@ _TINY = timedelta(microseconds=1)
 
 
 def chain_urls(model_admin: ModelAdmin) -> list[URLPattern]:
-    """The chain page's URL, for :meth:`WakeAdmin.get_urls <django_wakes.admin.WakeAdmin.get_urls>`."""
+    """The chain page's URL, for :meth:`WakeAdmin.get_urls <django_wakes.console.admin.WakeAdmin.get_urls>`."""
     view = model_admin.admin_site.admin_view(partial(chain_view, model_admin=model_admin))
     return [path("chains/<str:chain_id>/", view, name="django_wakes_chain")]
 

@@ -1,9 +1,9 @@
-"""The push path: tell runners a wake is due *now*, so they need not wait for their next poll.
+"""Announce due-now wakes: the sending half of the push path (the runner's listener is the other half).
 
 Every hint is lossy and never load-bearing: a runner that misses one still finds the wake on its
 next planned pass (it sleeps until the next known due time, at most the polling interval).
 
-- In-process: runners register here and are nudged directly (any database).
+- In-process: runners (:mod:`django_wakes.runner`) register here and are nudged directly (any database).
 - PostgreSQL: a ``NOTIFY django_wakes, '<due epoch ms>'``, and runners ``LISTEN`` on a connection of
   their own. A create sends it *inside* its transaction (:func:`notify_in_transaction`), so
   PostgreSQL delivers it the moment the wake commits, with no round trip after the commit (and
@@ -15,15 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router
 
-from . import clock, signals
-from .conf import wakes_settings
-from .outage import OutageLog
+from .. import clock, signals
+from ..conf import wakes_settings
 
 logger = logging.getLogger("django_wakes")
 
@@ -102,7 +100,7 @@ def _notify_connection(due_at: datetime, using: str | None) -> Any:
     """The PostgreSQL connection to NOTIFY on, or ``None`` (another database, or due beyond the horizon)."""
     if due_at > clock.now() + _horizon():
         return None
-    from .models import Wake
+    from ..models import Wake
 
     connection = connections[using or router.db_for_write(Wake)]
     return connection if connection.vendor == "postgresql" else None
@@ -125,52 +123,5 @@ def _on_due(sender: Any, due_at: datetime, **kwargs: Any) -> None:
 
 
 def connect() -> None:
-    signals.wake_created.connect(_on_created, dispatch_uid="django_wakes.push.created")
-    signals.wakes_due.connect(_on_due, dispatch_uid="django_wakes.push.due")
-
-
-class Listener(threading.Thread):
-    """LISTEN for due-now hints on a PostgreSQL connection of its own; call ``on_hint(due_at)``."""
-
-    def __init__(self, alias: str, on_hint: Callable[[datetime | None], None]) -> None:
-        """Listen on ``alias``: a direct connection (LISTEN does not work through a transaction pooler)."""
-        super().__init__(name="django-wakes-listen", daemon=True)
-        self.alias = alias
-        self.on_hint = on_hint
-        self.stopping = threading.Event()
-        self.ready = threading.Event()
-        self.outage = OutageLog("push listener (polling covers the gap)")
-
-    @staticmethod
-    def supported(alias: str) -> bool:
-        if connections[alias].vendor != "postgresql":
-            return False
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        return is_psycopg3
-
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        from datetime import UTC
-
-        while not self.stopping.is_set():
-            connection = connections[self.alias]  # this thread's own connection
-            try:
-                connection.ensure_connection()
-                raw = connection.connection
-                raw.execute(f"LISTEN {CHANNEL}")
-                self.outage.succeeded()
-                self.ready.set()
-                while not self.stopping.is_set():
-                    for notice in raw.notifies(timeout=0.5):
-                        try:
-                            due = datetime.fromtimestamp(int(notice.payload) / 1000, tz=UTC)
-                        except ValueError:
-                            due = None
-                        self.on_hint(due)
-            except Exception as exc:  # reconnect after a pause; meanwhile the poll covers us
-                self.stopping.wait(min(self.outage.failed(exc), 2.0))
-            finally:
-                connection.close()
+    signals.wake_created.connect(_on_created, dispatch_uid="django_wakes.runner.push.created")
+    signals.wakes_due.connect(_on_due, dispatch_uid="django_wakes.runner.push.due")

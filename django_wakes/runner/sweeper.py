@@ -17,7 +17,6 @@ stalled, or lost the database — is handed back unstarted instead of fired.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import os
@@ -27,17 +26,18 @@ import threading
 import time
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any
 
 from django.db import connections
 
-from . import clock, engine, push
-from .conf import wakes_settings
-from .engine import TRANSIENT_ERRORS, Claim, RunReport, runners
-from .engine.shared import drop_broken_connections, firing_wake
+from .. import clock, engine
+from ..conf import wakes_settings
+from ..engine import TRANSIENT_ERRORS, Claim, RunReport, notify, runners
+from ..engine.shared import drop_broken_connections
+from ..sinks import registry
+from ..states import Disposition
+from .async_firer import AsyncFirer
+from .listener import Listener
 from .outage import OutageLog
-from .sinks import registry
-from .states import Disposition
 
 logger = logging.getLogger("django_wakes")
 
@@ -307,12 +307,12 @@ class Sweeper:
 
     def run(self) -> None:
         """Register, recover lapsed leases, then loop until stopped; always deregister on the way out."""
-        push.register_local(self)
+        notify.register_local(self)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-wakes-heartbeat", daemon=True)
         listener = None
         alias = wakes_settings.push_database or engine.db_alias()
-        if self.listen and push.Listener.supported(alias):
-            listener = push.Listener(alias, self.nudge)
+        if self.listen and Listener.supported(alias):
+            listener = Listener(alias, self.nudge)
             listener.start()
         if self.concurrency > 1:
             self._async = AsyncFirer(self)
@@ -351,7 +351,7 @@ class Sweeper:
                 self._sleep_until(next_at)
             self._drain()
         finally:
-            push.unregister_local(self)
+            notify.unregister_local(self)
             if listener is not None:
                 listener.stop()
             self.stopping.set()
@@ -539,177 +539,3 @@ class Sweeper:
             runners.deregister(self.runner_id)
         except Exception:  # the row ages out by itself
             logger.debug("could not deregister runner %s", self.runner_id, exc_info=True)
-
-
-class AsyncFirer:
-    """Await ``async def`` sinks together on one event loop: I/O-bound sinks need no thread each.
-
-    The pass's thread runs the checks before a sink (lease knowledge, stopped or busy session, the
-    start guard) and hands the sink to :meth:`submit`; the loop's thread only awaits sinks; a settler
-    thread with its own connection writes the outcomes down, successes in batches (one transaction
-    per ``settle_window``), failures, retries and defers at once, and trying each until the database
-    takes it (the sink has run). A sink's own ``await Model.objects.aget(...)`` runs through Django's
-    ``sync_to_async`` as usual.
-
-    The fire threads hand their plain successes to the same settler (:meth:`settle_later`), so a
-    ``--concurrency`` runner commits one transaction per window, not one per wake. A slot counts
-    as free as soon as its sink has finished: the runner claims the next wake while the settler
-    writes the last one down (the claim stays in hand, its lease renewed, until it is settled).
-    """
-
-    def __init__(self, sweeper: Sweeper) -> None:
-        self.sweeper = sweeper
-        self.loop = asyncio.new_event_loop()
-        self._done: queue.Queue[tuple[Claim, Any, BaseException | None] | engine.Succeeded | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._running = 0
-        self._stopped = False
-        self._loop_thread = threading.Thread(target=self._run_loop, name="django-wakes-async", daemon=True)
-        self._settler = threading.Thread(target=self._settle_loop, name="django-wakes-async-settle", daemon=True)
-
-    @property
-    def running(self) -> int:
-        with self._lock:
-            return self._running
-
-    def start(self) -> None:
-        self._loop_thread.start()
-        self._settler.start()
-
-    def submit(self, claim: Claim, sink_fn: Any) -> None:
-        with self._lock:
-            self._running += 1
-        asyncio.run_coroutine_threadsafe(self._fire(claim, sink_fn), self.loop)
-
-    def stop(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the sinks in flight, then stop the loop and the settler (once)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        deadline = time.monotonic() + timeout
-        while self.running and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self._done.put(None)
-        self._settler.join(max(deadline - time.monotonic(), 0.1))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._loop_thread.join(1.0)
-        if not self.loop.is_running():
-            self.loop.close()
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def settle_later(self, done: engine.Succeeded) -> None:
-        """Settle a fire thread's plain success with the next batch."""
-        self._done.put(done)
-
-    async def _fire(self, claim: Claim, sink_fn: Any) -> None:
-        running = firing_wake.set(claim.wake)
-        try:
-            returned = await sink_fn(claim.wake, dict(claim.result))
-        except BaseException as exc:  # noqa: BLE001 - settled as a failed attempt (CancelledError too)
-            self._done.put((claim, None, exc))
-        else:
-            self._done.put((claim, returned, None))
-        finally:
-            firing_wake.reset(running)
-            with self._lock:
-                self._running -= 1  # the slot is free; the settler writes the outcome down
-            self.sweeper._wakeup.set()
-
-    def _settle_loop(self) -> None:
-        try:
-            while True:
-                first = self._done.get()
-                if first is None:
-                    return
-                batch = [first]
-                window_ends = time.monotonic() + self.sweeper.settle_window
-                while (left := window_ends - time.monotonic()) > 0:
-                    try:
-                        item = self._done.get(timeout=left)
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        self._done.put(None)  # finish this batch, then stop
-                        break
-                    batch.append(item)
-                finished: set[int] = set()
-                try:
-                    self._settle(batch, finished)
-                except Exception:  # the leases lapse and another pass re-drives them
-                    logger.exception("settling %d async sink outcome(s) failed", len(batch))
-                    drop_broken_connections()
-                    for item in batch:
-                        claim = item.claim if isinstance(item, engine.Succeeded) else item[0]
-                        if id(claim) not in finished:
-                            self._finish(claim, None, finished)
-        finally:
-            connections.close_all()
-
-    def _settle(
-        self, batch: list[tuple[Claim, Any, BaseException | None] | engine.Succeeded], finished: set[int]
-    ) -> None:
-        successes: list[engine.Succeeded] = []
-        for item in batch:
-            if isinstance(item, engine.Succeeded):  # from a fire thread
-                successes.append(item)
-                continue
-            claim, returned, exc = item
-            if exc is not None:
-                self._finish(claim, engine.sink_raised(claim, exc, tries=None), finished)
-                continue
-            ran = engine.sink_returned(claim, returned, tries=None)
-            if isinstance(ran, engine.Succeeded):
-                successes.append(ran)
-            else:
-                self._finish(claim, ran, finished)
-        for done, outcome in zip(successes, engine.settle_successes(successes, tries=None), strict=True):
-            self._finish(done.claim, outcome, finished)
-
-    def _finish(self, claim: Claim, outcome: engine.FireOutcome | None, finished: set[int]) -> None:
-        finished.add(id(claim))
-        if outcome is not None:
-            self.sweeper._settled(claim, outcome)
-        else:
-            self.sweeper._forget([claim])
-
-
-def apply_client_timeouts(timeout: timedelta | None = None) -> None:
-    """Give this process's connections bounded network timeouts, where the project set none.
-
-    ``runwakes`` calls it at start-up (it changes the process's database settings, so it is not
-    done by :class:`Sweeper` itself, which also runs inside other processes: tests, the demo).
-
-    A runner cut off from its database must notice within a bounded time rather than hang in a
-    read forever. PostgreSQL (libpq): ``connect_timeout``, TCP keepalives and ``tcp_user_timeout``;
-    MariaDB/MySQL (mysqlclient): ``connect_timeout``, ``read_timeout``, ``write_timeout``. Values the
-    project put in ``OPTIONS`` win. ``WAKES['RUNNER_DB_TIMEOUT']`` (default 30 s; ``None``: leave the
-    driver's defaults) sets them; note that a sink's own query running longer than it on MariaDB
-    is cut off too.
-    """
-    timeout = timeout if timeout is not None else wakes_settings.runner_db_timeout
-    if timeout is None:
-        return
-    seconds = max(1, int(timeout.total_seconds()))
-    for alias in connections:
-        config: dict[str, Any] = connections.settings[alias]
-        options = config.setdefault("OPTIONS", {})
-        vendor = config.get("ENGINE", "")
-        if vendor.endswith("postgresql"):
-            options.setdefault("connect_timeout", min(seconds, 10))
-            options.setdefault("keepalives", 1)
-            options.setdefault("keepalives_idle", max(1, seconds // 6))
-            options.setdefault("keepalives_interval", max(1, seconds // 10))
-            options.setdefault("keepalives_count", 3)
-            options.setdefault("tcp_user_timeout", seconds * 1000)
-        elif vendor.endswith("mysql"):
-            options.setdefault("connect_timeout", min(seconds, 10))
-            options.setdefault("read_timeout", seconds)
-            options.setdefault("write_timeout", seconds)
-        else:
-            continue
-        existing = connections[alias]
-        if existing.connection is not None and not existing.in_atomic_block:
-            existing.close()  # reconnect with the new options

@@ -37,10 +37,10 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncHour, TruncMinute
 from django.db.models.lookups import LessThanOrEqual
 
+from ..models import Runner, Wake, WakeAttempt
+from ..querysets import OVERDUE_AFTER
+from ..states import TERMINAL_STATES, Outcome, State
 from .attention import FIRING_LIMIT, Attention
-from .models import Runner, Wake, WakeAttempt
-from .querysets import OVERDUE_AFTER
-from .states import TERMINAL_STATES, Outcome, State
 
 #: Attempts that settled their wake: the "fires" of the charts.
 SUCCEEDED = (Outcome.FIRED, Outcome.EXPIRED, Outcome.STOPPED)
@@ -87,7 +87,7 @@ class Backlog:
     """The live wakes, exact counts by kind and in all, and when the oldest overdue one was due.
 
     ``unwakeable``: due (or lapsed) wakes of a kind outside the fireable kinds :func:`backlog` was
-    given (:attr:`~django_wakes.attention.Attention.fireable_kinds`); ``None`` when none were given.
+    given (:attr:`~django_wakes.console.attention.Attention.fireable_kinds`); ``None`` when none were given.
     """
 
     by_kind: list[KindBacklog]
@@ -148,7 +148,7 @@ def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Bac
 def hung(attention: Attention) -> int:
     """How many firing wakes have run longer than their lease or their kind's usual time (``attention``'s rule).
 
-    Reads at most :data:`~django_wakes.attention.FIRING_LIMIT` firing rows, oldest claims first.
+    Reads at most :data:`~django_wakes.console.attention.FIRING_LIMIT` firing rows, oldest claims first.
     """
     firing = Wake.objects.filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
     return sum(1 for wake in firing if attention.hung_reason(wake))

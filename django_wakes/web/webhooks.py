@@ -36,7 +36,6 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -46,14 +45,22 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.debug import sensitive_variables
 
-from . import clock
-from .api import BadRequest, json_error, method_not_allowed, parse_object, read_body, refusal, refuse_unknown_fields
-from .conf import wakes_settings
-from .durations import Duration, parse_duration
-from .engine.shared import db_alias
-from .engine.triggers import deliver_event
-from .exceptions import InvalidDuration, InvalidWake, WakeError
-from .models import KEY_LENGTH, WebhookDelivery
+from .. import clock
+from ..conf import wakes_settings
+from ..engine.shared import db_alias
+from ..engine.triggers import deliver_event
+from ..events import WEBHOOK_TOLERANCE
+from ..exceptions import InvalidWake, WakeError
+from ..models import KEY_LENGTH, WebhookDelivery
+from .json_http import (
+    BadRequest,
+    json_error,
+    method_not_allowed,
+    parse_object,
+    read_body,
+    refusal,
+    refuse_unknown_fields,
+)
 
 logger = logging.getLogger("django_wakes")
 
@@ -62,7 +69,7 @@ DELIVERY_HEADER = "X-Wakes-Delivery"
 SIGNATURE_HEADER = "X-Wakes-Signature"
 
 #: How far ``X-Wakes-Timestamp`` may be from the server's clock, either way.
-TOLERANCE = timedelta(minutes=5)
+TOLERANCE = WEBHOOK_TOLERANCE
 
 #: ``MAX_BYTES`` of a source that sets none.
 DEFAULT_MAX_BYTES = 256 * 1024
@@ -122,7 +129,7 @@ def sign(secret: str, timestamp: str, delivery_id: str, body: bytes) -> str:
 def verify(source: Source, request: HttpRequest, body: bytes) -> str:
     """Return the request's delivery id if it is signed by one of the source's secrets, in time; else raise.
 
-    Raise :class:`~django_wakes.api.BadRequest`: 400 for a missing or malformed delivery id, 401 for
+    Raise :class:`~django_wakes.web.approval_api.BadRequest`: 400 for a missing or malformed delivery id, 401 for
     a missing, malformed or wrong signature or timestamp, or a timestamp outside :data:`TOLERANCE`.
     Every secret is compared, each with :func:`hmac.compare_digest`.
     """
@@ -183,7 +190,7 @@ def event_of(source: Source, request: HttpRequest, body: bytes) -> dict[str, Any
 def accept(source: Source, delivery_id: str, event: dict[str, Any] | None) -> int:
     """Record the delivery and deliver its event in one transaction; return how many watchers accepted.
 
-    Raise a 409 :class:`~django_wakes.api.BadRequest` if the delivery id was accepted before (the
+    Raise a 409 :class:`~django_wakes.web.approval_api.BadRequest` if the delivery id was accepted before (the
     unique constraint decides, even between processes racing with the same id), and a 400 one if
     the event is not valid; neither leaves a row behind.
     """
@@ -219,25 +226,3 @@ def event_webhook(request: HttpRequest, source: str) -> HttpResponseBase:
         return refusal(exc)
     logger.info("webhook source=%s delivery=%s outcome=accepted watchers=%s", config.name, delivery_id, accepted)
     return JsonResponse({"accepted": accepted})
-
-
-def forget_deliveries(older_than: Duration, *, batch: int = 1000) -> int:
-    """Delete the delivery ids accepted more than ``older_than`` ago; return how many.
-
-    A delivery's timestamp was within :data:`TOLERANCE` of its arrival and a replay must be within
-    it too, so an id older than twice the tolerance can never be replayed successfully: a shorter
-    ``older_than`` raises :class:`~django_wakes.exceptions.InvalidDuration`.
-    """
-    keep = parse_duration(older_than, name="older_than")
-    if keep < 2 * TOLERANCE:
-        raise InvalidDuration(f"older_than: {keep} is less than twice the webhook tolerance ({2 * TOLERANCE})")
-    cutoff = clock.now() - keep
-    using = db_alias()
-    total = 0
-    while True:
-        ids = list(
-            WebhookDelivery.objects.using(using).filter(received_at__lt=cutoff).values_list("pk", flat=True)[:batch]
-        )
-        if not ids:
-            return total
-        total += WebhookDelivery.objects.using(using).filter(pk__in=ids).delete()[0]

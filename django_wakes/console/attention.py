@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from statistics import median
 
-from . import clock
-from .conf import wakes_settings
-from .models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
-from .querysets import WakeQuerySet
-from .sinks import registry
+from .. import clock
+from ..conf import wakes_settings
+from ..models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
+from ..querysets import WakeQuerySet
+from ..sinks import registry
 
 #: A firing wake running this many times longer than its kind's median duration is hung...
 HUNG_FACTOR = 10

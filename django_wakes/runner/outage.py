@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 
-from .engine.shared import backoff_delay
+from ..engine.shared import backoff_delay
 
 logger = logging.getLogger("django_wakes")
 

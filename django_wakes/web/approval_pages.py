@@ -27,8 +27,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_http_methods, require_safe
 
-from . import engine
-from .exceptions import (
+from .. import engine
+from ..exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
     ApprovalError,
@@ -36,8 +36,8 @@ from .exceptions import (
     ApprovalNotFound,
     InvalidIntent,
 )
+from ..models import Wake
 from .forms import ApprovalForm
-from .models import Wake
 
 logger = logging.getLogger("django_wakes")
 

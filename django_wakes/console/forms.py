@@ -1,4 +1,4 @@
-"""Forms: the approval answer (a decision and an optional comment), and the operator console's inputs."""
+"""The operator console's inputs: a moment in the operator's zone, a lane to pause or resume."""
 
 from __future__ import annotations
 
@@ -8,31 +8,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from .models import KEY_LENGTH
-
-APPROVE, REJECT = "approve", "reject"
-COMMENT_MAX_CHARS = 2000
-
-
-class ApprovalForm(forms.Form):
-    #: The id of the approval the page showed (not a secret): the answer is refused if the session
-    #: holds another approval by the time it is posted, so it never lands on a prompt not read.
-    wake = forms.IntegerField(widget=forms.HiddenInput)
-    decision = forms.ChoiceField(
-        label=_("Your answer"),
-        choices=[(APPROVE, _("Approve")), (REJECT, _("Reject"))],
-        widget=forms.RadioSelect,
-    )
-    comment = forms.CharField(
-        label=_("Comment (optional)"),
-        required=False,
-        max_length=COMMENT_MAX_CHARS,
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
-    )
-
-    def answer(self) -> dict[str, Any]:
-        """Return the answer handed to the waiting wake: ``{"approved": bool, "comment": str}``."""
-        return {"approved": self.cleaned_data["decision"] == APPROVE, "comment": self.cleaned_data["comment"]}
+from ..models import KEY_LENGTH
 
 
 class MomentForm(forms.Form):

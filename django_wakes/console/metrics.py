@@ -19,7 +19,7 @@ Attempt rows are only ever inserted, so those counters never go down within the 
 (``django_wakes_settled_total``) go down only if an operator requeues a wake that died this very hour.
 
 Backlog gauges count the live rows (pending and firing) exactly, by kind (at most
-:data:`~django_wakes.stats.KIND_ROWS` kinds; the rest as ``kind="(other kinds)"``).
+:data:`~django_wakes.console.stats.KIND_ROWS` kinds; the rest as ``kind="(other kinds)"``).
 
 **Access.** A request carrying ``Authorization: Bearer <token>`` with one of ``WAKES["METRICS_TOKENS"]``
 (compared in constant time), or a logged-in staff user who may view wakes. Anyone else gets 401 (no
@@ -38,10 +38,11 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from . import clock, stats
+from .. import clock
+from ..conf import wakes_settings
+from ..states import Outcome
+from . import stats
 from .attention import Attention
-from .conf import wakes_settings
-from .states import Outcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: A token shorter than this is refused by the system check (``django_wakes.E010``).

@@ -1,0 +1,12 @@
+"""The runner layer: the sweeper loop behind ``manage.py runwakes``, its push listener, async firer and outage log.
+
+It calls the engine for every claim, settle and heartbeat; it never writes a wake itself.
+"""
+
+from __future__ import annotations
+
+from .async_firer import AsyncFirer
+from .connections import apply_client_timeouts
+from .sweeper import SAFE_LEASE_FRACTION, Sweeper
+
+__all__ = ["SAFE_LEASE_FRACTION", "AsyncFirer", "Sweeper", "apply_client_timeouts"]
