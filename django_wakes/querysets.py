@@ -61,9 +61,9 @@ class WakeQuerySet(models.QuerySet["Wake"]):
 
     def lane_not_paused(self) -> WakeQuerySet:
         """Drop wakes whose lane an operator paused (:class:`~django_wakes.models.PausedLane`)."""
-        from .models import PausedLane
-
-        paused = PausedLane.objects.filter(serial_key=OuterRef("serial_key"))
+        # The model by name, not by import: models imports this module (no models <-> querysets cycle).
+        paused_lanes = self.model._meta.apps.get_model("django_wakes", "PausedLane")
+        paused = paused_lanes.objects.filter(serial_key=OuterRef("serial_key"))
         return self.filter(Q(serial_key__isnull=True) | ~Exists(paused))
 
     def claimable(self, now: datetime, kinds: Iterable[str], queues: Iterable[str] | None = None) -> WakeQuerySet:

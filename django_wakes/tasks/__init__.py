@@ -16,9 +16,7 @@ of them is used; :func:`framework_available` says whether one is installed.
 
 from __future__ import annotations
 
-import logging
 from importlib import import_module
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,6 +35,8 @@ __all__ = [
     "sync_periodic_on_boot",
 ]
 
+from .kind import TASK_KIND, framework_available
+
 _LAZY = {
     "WakesBackend": "backend",
     "WakesTask": "backend",
@@ -44,53 +44,8 @@ _LAZY = {
     "SyncReport": "periodic_tasks",
     "periodic": "periodic_tasks",
     "sync_periodic": "periodic_tasks",
+    "sync_periodic_on_boot": "periodic_tasks",
 }
-
-#: The kind of every task's wake (the admin and ``wakes status`` recognise tasks by it).
-TASK_KIND = "django_wakes.task"
-
-
-def framework_available() -> bool:
-    """Whether ``django.tasks`` (Django 6+) or the ``django_tasks`` backport can be imported."""
-    try:
-        if find_spec("django.tasks") is not None:
-            return True
-    except ModuleNotFoundError:  # pragma: no cover
-        pass
-    return find_spec("django_tasks") is not None
-
-
-def sync_periodic_on_boot() -> None:
-    """Reconcile periodic tasks as ``runwakes`` starts; a failure is logged, never stops the runner.
-
-    Nothing to do without a Tasks framework, nor when nothing is declared and no periodic chain is
-    live (one read). A bad declaration is logged as an error, a database that stays away as a
-    warning: the runner still serves everything else, and the next boot (or ``manage.py wakes
-    sync-periodic``) tries again.
-    """
-    if not framework_available():
-        return
-    from ..engine import TRANSIENT_ERRORS
-    from ..exceptions import WakeError
-    from .periodic_tasks import anything_to_sync, sync_periodic
-
-    logger = logging.getLogger("django_wakes")
-    try:
-        report = sync_periodic() if anything_to_sync() else None
-    except WakeError as exc:
-        logger.error("periodic tasks were not synced: %s", exc)
-        return
-    except TRANSIENT_ERRORS as exc:
-        logger.warning("periodic tasks were not synced (database unavailable: %s); the next boot tries again", exc)
-        return
-    if report is not None and report.changed:
-        logger.info(
-            "periodic tasks synced: booked=%s replanned=%s ended=%s kept=%d",
-            ",".join(report.booked) or "-",
-            ",".join(report.replanned) or "-",
-            ",".join(report.ended) or "-",
-            len(report.kept),
-        )
 
 
 def __getattr__(name: str) -> Any:

@@ -23,9 +23,10 @@ from .. import clock, engine
 from ..exceptions import InvalidWake, WakeError
 from ..models import Wake
 from ..validation import json_value, key
-from . import TASK_KIND, options, results
+from . import options, results
 from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, normalize_json, task_enqueued
 from .exceptions import InvalidTaskArguments, InvalidTaskOptions
+from .kind import TASK_KIND
 
 #: The workspace task wakes are written to unless ``OPTIONS["WORKSPACE"]`` names another.
 DEFAULT_WORKSPACE = "tasks"
@@ -84,6 +85,9 @@ class WakesBackend(BaseTaskBackend):
     """
 
     task_class = WakesTask
+    #: ``periodic()`` books only tasks whose backend runs them as wakes (it asks this, not the class,
+    #: so the declarations module need not import the backend that checks them).
+    runs_tasks_as_wakes = True
 
     supports_defer = True
     supports_async_task = True
