@@ -54,3 +54,31 @@ def default_key_collation(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "mysql":
         return
     _convert(apps, schema_editor, DEFAULT_COLLATION)
+
+
+#: MySQL/MariaDB have no partial indexes: Django creates the model's conditional indexes there without
+#: their condition. These full, ``state``-leading indexes serve the claim path in their place (the
+#: project state does not track them; they exist on MySQL/MariaDB only).
+MYSQL_CLAIM_INDEXES = {
+    "wake_my_claim_due_idx": "state, due_at, id",
+    "wake_my_lane_head_idx": "serial_key, state, due_at, id",
+    "wake_my_lease_idx": "state, lease_until",
+    "wake_my_gc_idx": "state, updated_at",
+    "wake_my_claim_order_idx": "state, priority DESC, due_at, id",
+}
+
+
+def mysql_claim_indexes(apps: Any, schema_editor: Any) -> None:
+    """Create :data:`MYSQL_CLAIM_INDEXES` on MySQL/MariaDB; a no-op elsewhere."""
+    if schema_editor.connection.vendor != "mysql":
+        return
+    for name, columns in MYSQL_CLAIM_INDEXES.items():
+        schema_editor.execute(f"CREATE INDEX {name} ON django_wakes_wake ({columns})")
+
+
+def drop_mysql_claim_indexes(apps: Any, schema_editor: Any) -> None:
+    """Reverse of :func:`mysql_claim_indexes`."""
+    if schema_editor.connection.vendor != "mysql":
+        return
+    for name in MYSQL_CLAIM_INDEXES:
+        schema_editor.execute(f"DROP INDEX {name} ON django_wakes_wake")
