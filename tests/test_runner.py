@@ -206,28 +206,31 @@ def test_sink_outcomes_send_wake_fired_failed_and_dead(sinks):
     assert Wake.objects.get(pk=dead.pk).state == State.DEAD
 
 
-def test_unwakeable_wake_is_logged_once_by_the_runner_then_fires_when_its_sink_returns(sinks, caplog):
+def test_unwakeable_kind_is_logged_once_by_the_runner_then_fires_when_its_sink_returns(sinks, caplog):
     sinks("t.gone")
     wake = due_now("t.gone")
+    other = due_now("t.gone")
     registry.unregister("t.gone")
     runner = Sweeper()
 
     with caplog.at_level(logging.DEBUG, logger="django_wakes"):
-        first = runner.run_once()
-        second = runner.run_once()
+        passes = [runner.run_once() for _ in range(3)]
 
-    assert first.claimed == second.claimed == 0
-    mentions = [r for r in caplog.records if f"wake {wake.pk} " in r.getMessage() and "no sink" in r.getMessage()]
-    assert [r.levelno for r in mentions] == [logging.WARNING, logging.DEBUG], (
-        "a runner must warn once about a due wake no sink can fire, then stay at DEBUG"
+    assert [report.claimed for report in passes] == [0, 0, 0]
+    mentions = [r for r in caplog.records if "no sink" in r.getMessage()]
+    assert [r.levelno for r in mentions] == [logging.WARNING], (
+        "a runner must warn once per kind no sink can fire, not once per wake nor once per pass"
     )
+    said = mentions[0].getMessage()
+    assert "kind='t.gone'" in said and any(f"wake {w.pk}" in said for w in (wake, other))
+    assert "restarts" in said, "the warning says how a sink deployed later is picked up"
     wake.refresh_from_db()
     assert wake.state == State.PENDING and wake.attempts == 0
     assert not WakeAttempt.objects.filter(wake=wake).exists()
 
     calls = sinks("t.gone")  # registered again: the next pass fires it
-    assert runner.run_once().fired == 1
-    assert calls.ids == [wake.pk]
+    assert runner.run_once().fired == 2
+    assert sorted(calls.ids) == [wake.pk, other.pk]
     assert Wake.objects.get(pk=wake.pk).state == State.FIRED
 
 

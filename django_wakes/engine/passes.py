@@ -8,7 +8,6 @@ they are still ``firing`` under their lease, so a crash before the flush re-driv
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,18 +143,28 @@ def hand_back(claim: Claim) -> None:
 
 
 class _UnwakeableLog:
-    """Warn once per unwakeable wake, then stay at DEBUG until it wakes or leaves the due set."""
+    """Warn once per kind whose due wakes no sink here can fire; silent while it stays so, again if it returns.
+
+    A runner loads its sinks when it starts: one deployed after it started (a new ``wakes.py``, a ``SINKS``
+    entry, a ``TASKS`` backend) is fired only once the runner restarts, so the warning says so.
+    """
 
     def __init__(self) -> None:
-        self._warned: set[int] = set()
+        self._warned: set[str] = set()
 
     def observe(self, rows: list[tuple[int, str]]) -> None:
-        current = set()
+        current: dict[str, int] = {}
         for wake_id, kind in rows:
-            current.add(wake_id)
-            level = logging.DEBUG if wake_id in self._warned else logging.WARNING
-            logger.log(level, "wake %s is due but no sink is registered for kind=%r; it stays due", wake_id, kind)
-        self._warned = current
+            current.setdefault(kind, wake_id)
+        for kind, wake_id in current.items():
+            if kind not in self._warned:
+                logger.warning(
+                    "kind=%r has no sink in this runner: its due wakes (wake %s, ...) stay due; "
+                    "a sink deployed after the runner started is loaded when the runner restarts",
+                    kind,
+                    wake_id,
+                )
+        self._warned = set(current)
 
     def reset(self) -> None:
         self._warned = set()
@@ -165,7 +174,7 @@ unwakeable_log = _UnwakeableLog()
 
 
 def observe_unwakeable(kinds: list[str] | None = None) -> None:
-    """Warn once (then DEBUG) about due wakes no registered sink can fire; they stay due, untouched."""
+    """Warn once per kind about due wakes no registered sink can fire; they stay due, untouched."""
     kinds = registry.kinds() if kinds is None else kinds
     rows = Wake.objects.using(db_alias()).unwakeable(clock.now(), kinds).values_list("id", "kind")[:100]
     unwakeable_log.observe(list(rows))
