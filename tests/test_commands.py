@@ -7,6 +7,7 @@ process to check what a shell, cron or a Kubernetes CronJob sees (exit status, s
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from datetime import timedelta
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from django_wakes import clock, schedule
+from django_wakes.management.commands.wakes import Command as WakesCommand
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
 from tests.factories import WakeAttemptFactory, WakeFactory
@@ -185,13 +188,22 @@ def test_status_prints_a_table_of_states_backlog_next_due_and_live_runners(popul
         assert re.search(rf"^\s+{state}\s+{count}$", out, re.M), f"no '{state} {count}' row in:\n{out}"
     assert re.search(r"^\s+due now\s+2$", out, re.M), out
     oldest = populated["oldest"]
-    match = re.search(rf"^Oldest overdue: wake {oldest.pk} \(c\.status\), ([\d.]+)s late$", out, re.M)
+    match = re.search(rf"^Oldest overdue: wake {oldest.pk} \(c\.status\), due (\d+)m(\d\d)s ago \((.+)\)$", out, re.M)
     assert match, out
-    assert float(match.group(1)) >= 600
-    assert f"Next due:       {populated['future'].due_at.isoformat()}" in out
+    assert int(match.group(1)) >= 10
+    assert match.group(3) == local_time(oldest.due_at), "the due time to the second, in TIME_ZONE, zone named"
+    match = re.search(r"^Next due:       in (1h59m|2h00m) \((.+)\)$", out, re.M)
+    assert match, out
+    assert match.group(2) == local_time(populated["future"].due_at)
     assert "Live runners (1)" in out
-    assert "host-a:101:abc  host=host-a pid=101" in out
+    assert re.search(r"^  host-a:101:abc  host=host-a pid=101  up 1h00m  heartbeat [\d.]+s ago", out, re.M), out
     assert "host-b" not in out, "a runner without a recent heartbeat is not live"
+    assert ".000" not in out and "+00:00" not in out, "no raw ISO timestamps in the human table"
+
+
+def local_time(moment: Any) -> str:
+    local = timezone.localtime(moment)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
 
 
 def test_status_json_is_the_same_snapshot_for_scripts(populated):
@@ -204,8 +216,67 @@ def test_status_json_is_the_same_snapshot_for_scripts(populated):
     assert snap["oldest_overdue"]["kind"] == "c.status"
     assert snap["oldest_overdue"]["lane"] is None
     assert snap["oldest_overdue"]["late_seconds"] >= 600
+    assert snap["oldest_overdue"]["due_at"] == oldest.due_at.isoformat(), "machine values: ISO 8601"
     assert snap["next_due_at"] == populated["future"].due_at.isoformat()
     assert [(r["id"], r["host"], r["pid"]) for r in snap["runners"]] == [("host-a:101:abc", "host-a", 101)]
+    assert snap["attention"] == {
+        "overdue": 2,  # due over a minute ago
+        "unwakeable": 2,  # neither kind has a sink here, and no live runner recorded kinds
+        "hung": 0,
+        "lapsed": 0,
+        "dead": 1,
+        "dead_last_24h": 1,
+    }
+
+
+@pytest.fixture
+def troubled(sinks) -> dict[str, Any]:
+    """What the dashboard leads with: a hung wake, a lapsed one, unwakeable ones, dead letters old and new."""
+    sinks("c.fires")
+    now = clock.now()
+    RunnerRow.objects.create(
+        id="host-a:1:x", host="host-a", pid=1, started_at=now - timedelta(hours=1), heartbeat_at=now, kinds=["c.fires"]
+    )
+    hung = WakeFactory(
+        kind="c.fires",
+        state=State.FIRING,
+        claimed_at=now - timedelta(minutes=5),  # longer than the 15 s lease, which its runner renews
+        lease_until=now + timedelta(seconds=10),
+        claim_token="h" * 32,
+    )
+    WakeFactory(kind="c.fires", state=State.FIRING, lease_until=now - timedelta(minutes=1), claim_token="l" * 32)
+    unwakeable = [WakeFactory(kind="c.nobody", fire_at=now - timedelta(seconds=5)) for _ in range(2)]
+    WakeFactory(kind="c.nobody", fire_at=now + timedelta(hours=1))  # not due: not unwakeable yet
+    WakeFactory(settled=True, state=State.DEAD, last_error="x", updated_at=now - timedelta(days=3))
+    WakeFactory.create_batch(2, settled=True, state=State.DEAD, last_error="y")
+    return {"hung": hung, "unwakeable": unwakeable}
+
+
+def test_status_leads_with_hung_unwakeable_and_dead_counts(troubled):
+    snap = json.loads(run("wakes", "status", "--json"))
+    assert snap["attention"] == {
+        "overdue": 0,
+        "unwakeable": 2,  # due, of a kind no live runner fires (the lapsed c.fires one is re-driven)
+        "hung": 1,
+        "lapsed": 1,
+        "dead": 3,
+        "dead_last_24h": 2,
+    }
+    assert snap["fireable_kinds"] == ["c.fires"]
+
+    out = run("wakes", "status")
+    assert out.startswith("Needs attention\n"), out
+    assert re.search(r"^  hung\s+1   firing longer than its lease", out, re.M), out
+    assert re.search(r"^  unwakeable\s+2   ", out, re.M), out
+    assert re.search(r"^  dead\s+3   dead letters .*; 2 in the last 24 h$", out, re.M), out
+    assert "kinds: c.fires" in out
+
+
+def test_status_colours_only_the_counts_that_need_a_person(troubled):
+    coloured = run("wakes", "status", "--force-color")  # a common option after the subcommand
+    assert re.search(r"\x1b\[[\d;]*m  hung\s+1", coloured), coloured
+    assert re.search(r"^  overdue\s+0", coloured, re.M), "a zero count stays plain"
+    assert "\x1b[" not in run("wakes", "status", "--no-color")
 
 
 def test_status_of_an_empty_table():
@@ -224,6 +295,75 @@ def test_status_as_a_process_prints_json_on_stdout(populated, procs: Procs):
     result = procs.manage("wakes", "status", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["states"] == EXPECTED_STATES
+
+
+# --------------------------------------------------------------------------------------------------
+# wakes: Django's common options anywhere, help for every subcommand
+# --------------------------------------------------------------------------------------------------
+
+SUBCOMMANDS = ("status", "gc", "sync-periodic", "preview")
+COMMON = ["--settings", "testproject.settings", "--pythonpath", ".", "-v", "2", "--traceback", "--no-color"]
+
+
+def wakes_parser() -> Any:
+    return WakesCommand().create_parser("manage.py", "wakes")
+
+
+@pytest.mark.parametrize("subcommand", SUBCOMMANDS)
+def test_django_common_options_are_accepted_after_a_subcommand(subcommand):
+    options = vars(wakes_parser().parse_args([subcommand, *COMMON, "--skip-checks"]))
+    assert options["action"] == subcommand
+    assert (options["settings"], options["pythonpath"], options["verbosity"]) == ("testproject.settings", ".", 2)
+    assert options["traceback"] and options["no_color"] and options["skip_checks"]
+
+
+def test_a_common_option_before_the_subcommand_is_kept():
+    assert wakes_parser().parse_args(["-v", "3", "--traceback", "status"]).verbosity == 3
+    assert wakes_parser().parse_args(["-v", "3", "--traceback", "status"]).traceback
+    assert wakes_parser().parse_args(["status"]).verbosity == 1, "Django's default when given nowhere"
+    assert wakes_parser().parse_args(["-v", "0", "status", "-v", "2"]).verbosity == 2, "the later one wins"
+
+
+def test_common_options_after_the_subcommand_through_call_command():
+    snap = json.loads(run("wakes", "status", "--json", "--verbosity", "2", "--settings", "testproject.settings"))
+    assert snap["states"]["pending"] == 0
+
+
+def test_status_with_settings_after_the_subcommand_as_a_process(procs: Procs):
+    """The line from the issue: ``manage.py wakes status --settings mysite.settings`` (was: unrecognized arguments)."""
+    result = procs.manage("wakes", "status", "--settings", "testproject.settings", "--verbosity", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Needs attention"), result.stdout
+
+    missing = procs.manage("wakes", "status", "--settings", "no_such_project.settings")
+    assert missing.returncode != 0
+    assert "No module named 'no_such_project'" in missing.stderr, "the settings given after the subcommand are used"
+
+
+def test_traceback_after_the_subcommand_shows_the_trace(procs: Procs):
+    plain = procs.manage("wakes", "gc", "--older-than", "soon")
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr, plain.stderr
+    traced = procs.manage("wakes", "gc", "--older-than", "soon", "--traceback")
+    assert traced.returncode == 1 and "Traceback (most recent call last)" in traced.stderr, traced.stderr
+
+
+def test_help_names_every_subcommand_with_its_help():
+    parser = wakes_parser()
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(subparsers.choices) >= set(SUBCOMMANDS)
+    text = parser.format_help()
+    for name, sub in subparsers.choices.items():
+        assert re.search(rf"^    {re.escape(name)}\s+\S", text, re.M), f"{name} has no help line in:\n{text}"
+        assert name in WakesCommand.help, f"the command's description names {name}"
+        assert sub.description, f"'wakes {name} --help' says what {name} does"
+        assert "--settings" in sub.format_help()
+
+
+def test_help_as_a_process(procs: Procs):
+    result = procs.manage("wakes", "--help")
+    assert result.returncode == 0, result.stderr
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^    {re.escape(name)}\s+\S", result.stdout, re.M), result.stdout
 
 
 def test_wakes_without_an_action_is_an_error():

@@ -1,4 +1,11 @@
-"""``manage.py wakes status|gc|preview``: the wake table, on-demand clean-up, a schedule's next fire times."""
+"""``manage.py wakes status|gc|sync-periodic|preview``: the wake table at a glance, clean-up, periodic
+tasks, a schedule's next fire times.
+
+Each subcommand accepts Django's common options (``--settings``, ``--verbosity``, ``--traceback``,
+``--pythonpath``, ``--no-color`` …) after its name as well as before it: argparse hands everything after
+a subcommand to that subcommand's parser, so each one carries the options too (defaulting to "not
+given", so one typed before the subcommand is kept).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,14 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Min
+from django.utils import timezone
 
 from django_wakes import clock, engine
 from django_wakes.conf import wakes_settings
+from django_wakes.console import stats
+from django_wakes.console.attention import Attention, seconds
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration, InvalidWake
 from django_wakes.models import Runner, SessionControl, State, Wake
@@ -20,9 +30,23 @@ from django_wakes.tasks import TASK_KIND
 #: ``wakes status`` lists at most this many stopped sessions (newest first).
 STOPPED_SHOWN = 20
 
+#: What each count of ``wakes status``'s "Needs attention" block means (the dashboard's second row of cards).
+ATTENTION = {
+    "overdue": "due over a minute ago, not fired",
+    "unwakeable": "due, but no live runner fires its kind",
+    "hung": "firing longer than its lease or its kind's usual time",
+    "lapsed": "firing, lease run out: its runner is gone",
+    "dead": "dead letters (retry them from the admin)",
+}
+
 
 def status_snapshot() -> dict[str, Any]:
-    """Return counts per state, the due backlog, the oldest overdue and next due wake, live runners."""
+    """Return counts per state, what needs attention, the due backlog, the oldest overdue and next due
+    wake, stopped sessions and live runners (times as ISO 8601 strings, durations in seconds).
+
+    The attention counts are the dashboard's (:mod:`django_wakes.console.stats` and
+    :class:`~django_wakes.console.attention.Attention`), read with the same bounded queries.
+    """
     now = clock.now()
     wakes = Wake.objects.using(engine.db_alias())
     counts = {state: 0 for state in State.values}
@@ -31,6 +55,8 @@ def status_snapshot() -> dict[str, Any]:
     tasks = {state: 0 for state in State.values}  # Django Tasks run by django_wakes.tasks.WakesBackend
     for row in wakes.filter(kind=TASK_KIND).values("state").annotate(n=Count("id")).order_by():
         tasks[row["state"]] = row["n"]
+    attention = Attention(now)
+    backlog = stats.backlog(now, attention.fireable_kinds)
     due = wakes.due(now)
     oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
     oldest_due: datetime | None = oldest["due_at"] if oldest is not None else None
@@ -40,6 +66,15 @@ def status_snapshot() -> dict[str, Any]:
         "now": now.isoformat(),
         "states": counts,
         "tasks": tasks,
+        "attention": {
+            "overdue": backlog.total.overdue,
+            "unwakeable": backlog.unwakeable or 0,
+            "hung": stats.hung(attention),
+            "lapsed": backlog.total.lapsed,
+            "dead": counts[State.DEAD],
+            "dead_last_24h": stats.settled_by_state(now - stats.DAY)[State.DEAD],
+        },
+        "fireable_kinds": sorted(attention.fireable_kinds),
         "due_backlog": due.count(),
         "oldest_overdue": None
         if oldest is None or oldest_due is None
@@ -63,6 +98,7 @@ def status_snapshot() -> dict[str, Any]:
                 "id": r.id,
                 "host": r.host,
                 "pid": r.pid,
+                "kinds": r.kinds,
                 "started_at": r.started_at.isoformat(),
                 "heartbeat_at": r.heartbeat_at.isoformat(),
             }
@@ -71,20 +107,64 @@ def status_snapshot() -> dict[str, Any]:
     }
 
 
+def local_time(iso: str) -> str:
+    """An ISO 8601 time from the snapshot as a person reads it: to the second, in ``TIME_ZONE``, zone named."""
+    local = timezone.localtime(datetime.fromisoformat(iso))
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
+def since(iso: str, now: datetime) -> str:
+    """How long ago (or, for a future time, how far ahead) an ISO 8601 time from the snapshot is."""
+    delta = now - datetime.fromisoformat(iso)
+    return f"{seconds(delta)} ago" if delta.total_seconds() >= 0 else f"in {seconds(-delta)}"
+
+
 class Command(BaseCommand):
-    help = "Inspect the wake table (status) or delete old terminal wakes (gc)."
+    help = (
+        "Look after the wake table: status (counts, what needs attention, runners), gc (delete old "
+        "terminal wakes), sync-periodic (book periodic tasks' chains), preview (a schedule's next fire "
+        "times). 'wakes SUBCOMMAND --help' tells more."
+    )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        self._common_options: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
+    def add_base_argument(self, parser: CommandParser, *args: Any, **kwargs: Any) -> None:
+        """Add one of Django's common options, and remember it for the subcommands' parsers."""
+        super().add_base_argument(parser, *args, **kwargs)
+        if "--version" not in args:  # a property of the command, not of a subcommand
+            self._common_options.append((args, kwargs))
+
+    def _subcommand(self, sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+        """A subcommand's parser that also takes Django's common options (given after the subcommand)."""
+        parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+        for args, kwargs in self._common_options:
+            parser.add_argument(*args, **{**kwargs, "default": argparse.SUPPRESS})
+        if self.requires_system_checks:
+            parser.add_argument(
+                "--skip-checks", action="store_true", default=argparse.SUPPRESS, help="Skip system checks."
+            )
+        return parser
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        status = sub.add_parser("status", help="Counts per state, due backlog, oldest overdue, next due, runners.")
-        status.add_argument("--json", action="store_true", help="Print JSON for scripts.")
-        gc = sub.add_parser("gc", help="Delete terminal wakes older than --older-than (WAKES['GC_AFTER']).")
-        gc.add_argument("--older-than", default=None, help="A duration such as 30d (default WAKES['GC_AFTER']).")
-        sub.add_parser(
-            "sync-periodic", help="Book, re-plan and end periodic tasks' chains to match the declarations (idempotent)."
+        sub = parser.add_subparsers(dest="action", required=True, title="subcommands", metavar="SUBCOMMAND")
+        status = self._subcommand(
+            sub,
+            "status",
+            "Counts per state; what needs attention (overdue, unwakeable, hung, lapsed, dead); the due "
+            "backlog, oldest overdue and next due wake; stopped sessions; live runners.",
         )
-        preview = sub.add_parser(
-            "preview", help="The next fire times of a cron or every schedule, in local time and UTC, DST marked."
+        status.add_argument("--json", action="store_true", help="Print JSON for scripts (ISO 8601 times, seconds).")
+        gc = self._subcommand(sub, "gc", "Delete terminal wakes older than --older-than (WAKES['GC_AFTER']).")
+        gc.add_argument("--older-than", default=None, help="A duration such as 30d (default WAKES['GC_AFTER']).")
+        self._subcommand(
+            sub,
+            "sync-periodic",
+            "Book, re-plan and end periodic tasks' chains to match the declarations (idempotent).",
+        )
+        preview = self._subcommand(
+            sub, "preview", "The next fire times of a cron or every schedule, in local time and UTC, DST marked."
         )
         preview.add_argument("cron", nargs="?", default=None, help='A cron expression, e.g. "0 9 * * MON-FRI".')
         preview.add_argument("--every", default=None, help="An interval instead of cron, e.g. 90m.")
@@ -148,28 +228,45 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(snap, indent=2))
             return
+        now = datetime.fromisoformat(snap["now"])
         write = self.stdout.write
+        write(self.style.MIGRATE_HEADING("Needs attention"))
+        attention = snap["attention"]
+        for name, meaning in ATTENTION.items():
+            n = attention[name]
+            if name == "dead":
+                meaning = f"{meaning}; {attention['dead_last_24h']} in the last 24 h"
+            row = f"  {name:<12} {n:>8}   {meaning}"
+            write(self.style.ERROR(row) if n else row)
         write(self.style.MIGRATE_HEADING("Wakes by state"))
         for state, n in snap["states"].items():
-            write(f"  {state:<10} {n:>10}")
-        write(f"  {'due now':<10} {snap['due_backlog']:>10}")
+            write(f"  {state:<12} {n:>8}")
+        write(f"  {'due now':<12} {snap['due_backlog']:>8}")
         if any(snap["tasks"].values()):
             write(self.style.MIGRATE_HEADING("Tasks (django.tasks) by state"))
             for state, n in snap["tasks"].items():
-                write(f"  {state:<10} {n:>10}")
+                write(f"  {state:<12} {n:>8}")
         oldest = snap["oldest_overdue"]
-        write(
-            "Oldest overdue: "
-            + ("none" if oldest is None else f"wake {oldest['id']} ({oldest['kind']}), {oldest['late_seconds']}s late")
-        )
-        write(f"Next due:       {snap['next_due_at'] or 'none'}")
+        if oldest is None:
+            write("Oldest overdue: none")
+        else:
+            write(
+                f"Oldest overdue: wake {oldest['id']} ({oldest['kind']}), due {since(oldest['due_at'], now)}"
+                f" ({local_time(oldest['due_at'])})"
+            )
+        next_due = snap["next_due_at"]
+        write(f"Next due:       {'none' if next_due is None else f'{since(next_due, now)} ({local_time(next_due)})'}")
         if snap["stopped_sessions"]:
             write(self.style.MIGRATE_HEADING(f"Stopped sessions ({len(snap['stopped_sessions'])} shown)"))
             for c in snap["stopped_sessions"]:
-                write(f"  {c['session_id']}  since {c['stopped_at']}  {c['reason']}")
+                write(f"  {c['session_id']}  stopped {since(c['stopped_at'], now)}  {c['reason']}")
         write(self.style.MIGRATE_HEADING(f"Live runners ({len(snap['runners'])})"))
         for r in snap["runners"]:
-            write(f"  {r['id']}  host={r['host']} pid={r['pid']} heartbeat={r['heartbeat_at']}")
+            kinds = ", ".join(r["kinds"]) if r["kinds"] else "(not recorded)"
+            write(
+                f"  {r['id']}  host={r['host']} pid={r['pid']}  up {since(r['started_at'], now).removesuffix(' ago')}"
+                f"  heartbeat {since(r['heartbeat_at'], now)}  kinds: {kinds}"
+            )
 
     def _preview(
         self, *, cron: str | None, every: str | None, tz: str | None, n: int, start: str | None, dst: str | None
