@@ -44,7 +44,7 @@ _LAZY = {
     "SyncReport": "periodic_tasks",
     "periodic": "periodic_tasks",
     "sync_periodic": "periodic_tasks",
-    "sync_periodic_on_boot": "periodic_tasks",
+    "sync_periodic_on_boot": "boot",
 }
 
 

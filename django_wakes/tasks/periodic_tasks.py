@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,9 +29,8 @@ from django.utils.module_loading import import_string
 from .. import clock, engine
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
-from ..engine import TRANSIENT_ERRORS
 from ..engine.shared import lock_or_create, retry_rolled_back
-from ..exceptions import InvalidWake, WakeError
+from ..exceptions import InvalidWake
 from ..models import LIVE_STATES, Wake, WorkspaceLock
 from ..querysets import WakeQuerySet
 from ..schedules import recurrence
@@ -40,12 +38,11 @@ from ..validation import key
 from . import options
 from .compat import Task
 from .exceptions import PeriodicTaskError
-from .kind import TASK_KIND, framework_available
+from .kind import TASK_KIND
 
 if TYPE_CHECKING:
     from .backend import WakesBackend
 
-logger = logging.getLogger("django_wakes")
 
 #: The row :func:`sync_periodic` locks (a :class:`~django_wakes.models.WorkspaceLock`): one sync at a time.
 SYNC_LOCK = "django_wakes.tasks.periodic"
@@ -329,31 +326,3 @@ def _book(entry: PeriodicTask) -> Wake:
         )
     except InvalidWake as exc:
         raise PeriodicTaskError(f"periodic task {entry.name!r} could not be booked: {exc}") from exc
-
-
-def sync_periodic_on_boot() -> None:
-    """Reconcile periodic tasks as ``runwakes`` starts; a failure is logged, never stops the runner.
-
-    Nothing to do without a Tasks framework, nor when nothing is declared and no periodic chain is
-    live (one read). A bad declaration is logged as an error, a database that stays away as a
-    warning: the runner still serves everything else, and the next boot (or ``manage.py wakes
-    sync-periodic``) tries again.
-    """
-    if not framework_available():
-        return
-    try:
-        report = sync_periodic() if anything_to_sync() else None
-    except WakeError as exc:
-        logger.error("periodic tasks were not synced: %s", exc)
-        return
-    except TRANSIENT_ERRORS as exc:
-        logger.warning("periodic tasks were not synced (database unavailable: %s); the next boot tries again", exc)
-        return
-    if report is not None and report.changed:
-        logger.info(
-            "periodic tasks synced: booked=%s replanned=%s ended=%s kept=%d",
-            ",".join(report.booked) or "-",
-            ",".join(report.replanned) or "-",
-            ",".join(report.ended) or "-",
-            len(report.kept),
-        )
