@@ -5,7 +5,7 @@ DJANGO ?= Django>=5.2,<5.3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean migrations-check
+.PHONY: demo test lint bench clean migrations-check release-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench:
 		touch benchmarks/.env/.installed; fi
 	benchmarks/.env/bin/python -m benchmarks.run
 	benchmarks/.env/bin/python -m benchmarks.tasks_api
+
+## release-check: build the sdist and wheel, twine check them, install the wheel into a fresh virtualenv
+## outside the source tree and use it there (migrate on SQLite, schedule, runwakes --once, the admin pages)
+release-check: $(STAMP)
+	$(PY) scripts/wheel_smoke.py
 
 clean:
 	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache
