@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 import django_wakes
 from django_wakes import engine
+from django_wakes.engine import notify
 from django_wakes.models import Outcome, State, TriggerType, Wake, WakeAttempt
 
 pytestmark = pytest.mark.django_db
@@ -599,3 +601,58 @@ def test_an_accepted_answer_is_never_overwritten_by_a_racing_expiry(clock, sinks
     report = django_wakes.run_due()
     assert report.fired == 1 and report.expired == 0
     assert calls.results == [{"trigger": "on_approval", "answer": "yes", "resolved_by": "demo"}]
+
+
+# --------------------------------------------------------------------------------------------------
+# Creating costs one statement
+# --------------------------------------------------------------------------------------------------
+
+
+def _listen() -> tuple[Any, Any]:
+    """A second PostgreSQL connection LISTENing for the push hints (autocommit, psycopg 3)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.pop("prepare_threshold", None)
+    listener = psycopg.connect(**params, autocommit=True)
+    listener.execute(f"LISTEN {notify.CHANNEL}")
+    return listener, lambda: [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_schedule_is_one_statement_in_autocommit(sinks):
+    """No BEGIN/COMMIT, no savepoint, no read: one INSERT (with its NOTIFY on PostgreSQL) per create."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    sinks(KIND)
+    with CaptureQueriesContext(connection) as queries:
+        wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    assert len(queries.captured_queries) == 1, [q["sql"][:80] for q in queries.captured_queries]
+    assert row(wake).state == State.PENDING and wake.pk is not None and not wake._state.adding
+    with CaptureQueriesContext(connection) as queries:  # due beyond the polling horizon: no NOTIFY either way
+        django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h")
+    assert len(queries.captured_queries) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_notify_of_a_plain_schedule_arrives_at_commit_and_never_for_a_rollback(sinks):
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY push hints exist only on PostgreSQL")
+    sinks(KIND)
+    listener, heard = _listen()
+    try:
+        wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+        assert heard() == [notify.payload(wake.due_at)]
+        with pytest.raises(RuntimeError), transaction.atomic():
+            django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+            raise RuntimeError("roll back")
+        assert heard() == []
+        assert Wake.objects.filter(workspace_id=WS).count() == 1
+    finally:
+        listener.close()

@@ -14,7 +14,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
+from django.db.models.sql import InsertQuery
 
 from .. import clock, events, signals
 from ..conf import wakes_settings
@@ -128,6 +129,10 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
     slot = f"{fields['kind']}|{fields['serial_key']}" if coalesce else None
     if coalesce and fields.get("serial_key") is None:
         raise InvalidWake("coalesce=True needs a serial_key (the lane to coalesce on)")
+    if idem is None and slot is None and not budget and fields.get("session_id") is None:
+        # Nothing to read first and no unique key to collide on: one INSERT, and on PostgreSQL its
+        # NOTIFY rides in the same statement (:func:`_insert_plain`).
+        return _insert_plain(using, fields, now)
     manager = Wake.objects.db_manager(using)
     for _ in range(5):
         with transaction.atomic(using=using):
@@ -177,11 +182,69 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
     raise InvalidWake("could not create the wake: its idempotency/coalesce slot kept changing hands")
 
 
-def _announce_created(using: str, wakes: list[Wake]) -> None:
+def _insert_plain(using: str, fields: dict[str, Any], now: datetime) -> Wake:
+    """Insert a wake that cannot collide with another (no idempotency key, coalescing slot, budget or
+    session): one statement, the caller's transaction or its own (autocommit), no savepoint, no read.
+
+    On PostgreSQL the push hint goes out in the same statement, ``WITH w AS (INSERT … RETURNING id)
+    SELECT id, pg_notify(…) FROM w``: delivered when the wake commits, never for a rolled-back
+    create, and no second round trip; like ``bulk_create`` (what :func:`schedule_many` uses), that
+    path sends no ``pre_save``/``post_save`` signals of the model. ``wake_created`` goes out on commit.
+    """
+    wake = Wake(**{"max_attempts": wakes_settings.max_attempts, **fields}, created_at=now, updated_at=now)
+    connection = connections[using]
+    due = wake.due_at
+    hint = notify.notify_connection(due, using) if connection.vendor == "postgresql" and due is not None else None
+    if hint is None or due is None:
+        wake.save(using=using, force_insert=True)
+        _announce_created(using, [wake], notified=False)
+        return wake
+    sql, fields_in_order = _insert_and_notify(using, wake)
+    params = [field.get_db_prep_save(field.pre_save(wake, True), connection) for field in fields_in_order]
+    params.append(notify.payload(due))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        (row,) = cursor.fetchall()
+    wake.pk = row[0]
+    wake._state.adding = False
+    wake._state.db = using
+    setattr(wake, notify.NOTIFIED, True)
+    _announce_created(using, [wake], notified=True)
+    return wake
+
+
+_insert_statements: dict[str, tuple[str, list[Any]]] = {}
+
+
+def _insert_and_notify(using: str, wake: Wake) -> tuple[str, list[Any]]:
+    """The statement of :func:`_insert_plain` on PostgreSQL and the fields its parameters are, in order.
+
+    Compiled once per database by the ORM's own INSERT compiler (every field, the primary key
+    returned); each create only computes its values, as the compiler would
+    (``field.get_db_prep_save(field.pre_save(...))``). The channel is a constant in the text, so the
+    statement has one parameter per column plus the payload (and psycopg caches its parsing).
+    """
+    found = _insert_statements.get(using)
+    if found is None:
+        meta = Wake._meta
+        fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+        query = InsertQuery(Wake)
+        query.insert_values(fields, [wake])
+        compiler = query.get_compiler(using=using)
+        compiler.returning_fields = [meta.pk]
+        ((insert_sql, _params),) = compiler.as_sql()
+        assert notify.CHANNEL.isidentifier()  # a constant, safe as a literal
+        # Only the ORM's compiled SQL and the constant channel name are interpolated; values are parameters.
+        sql = f"WITH w AS ({insert_sql}) SELECT w.id, pg_notify('{notify.CHANNEL}', %s) FROM w"  # noqa: S608
+        found = _insert_statements[using] = (sql, fields)
+    return found
+
+
+def _announce_created(using: str, wakes: list[Wake], *, notified: bool | None = None) -> None:
     """Inside the creating transaction: one NOTIFY for the earliest due (delivered at commit), and
     ``wake_created`` for each wake on commit (which nudges this process's runners)."""
     due = [wake.due_at for wake in wakes if wake.due_at is not None]
-    if due and notify.notify_in_transaction(min(due), using):
+    if notified is None and due and notify.notify_in_transaction(min(due), using):
         for wake in wakes:
             setattr(wake, notify.NOTIFIED, True)
     for wake in wakes:

@@ -56,12 +56,12 @@ def hint(due_at: datetime | None, *, using: str | None = None) -> None:
     if due_at is None:
         return
     nudge_local(due_at)
-    connection = _notify_connection(due_at, using)
+    connection = notify_connection(due_at, using)
     if connection is None:
         return
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, _payload(due_at)])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload(due_at)])
     except Exception:  # a lost hint only delays the wake to the next poll
         logger.debug("NOTIFY failed; the polling backstop will pick the wake up", exc_info=True)
 
@@ -84,19 +84,19 @@ def notify_in_transaction(due_at: datetime | None, using: str) -> bool:
     """
     if due_at is None:
         return False
-    connection = _notify_connection(due_at, using)
+    connection = notify_connection(due_at, using)
     if connection is None:
         return False
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, _payload(due_at)])
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload(due_at)])
     return True
 
 
-def _payload(due_at: datetime) -> str:
+def payload(due_at: datetime) -> str:
     return str(int(due_at.timestamp() * 1000))
 
 
-def _notify_connection(due_at: datetime, using: str | None) -> Any:
+def notify_connection(due_at: datetime, using: str | None) -> Any:
     """The PostgreSQL connection to NOTIFY on, or ``None`` (another database, or due beyond the horizon)."""
     if due_at > clock.now() + _horizon():
         return None
