@@ -123,5 +123,5 @@ def _on_due(sender: Any, due_at: datetime, **kwargs: Any) -> None:
 
 
 def connect() -> None:
-    signals.wake_created.connect(_on_created, dispatch_uid="django_wakes.runner.push.created")
-    signals.wakes_due.connect(_on_due, dispatch_uid="django_wakes.runner.push.due")
+    signals.wake_created.connect(_on_created, dispatch_uid="django_wakes.engine.notify.created")
+    signals.wakes_due.connect(_on_due, dispatch_uid="django_wakes.engine.notify.due")
