@@ -4,6 +4,7 @@ VENV ?= .venv
 DJANGO ?= Django>=5.2,<5.3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo test lint bench clean migrations-check release-check
 
@@ -18,9 +19,19 @@ $(STAMP): pyproject.toml
 	else echo "no MariaDB/MySQL client headers (libmariadb-dev): MariaDB tests will be skipped"; fi
 	touch $(STAMP)
 
+# What the demo runs, nothing more: the package and Django (SQLite needs no driver), plus the Tasks
+# backport on Django 5.2 (the testproject's TASKS names the backend). No dev toolchain, no database drivers.
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade 'pip>=25.1'
+	$(PY) -m pip install --quiet -e . '$(DJANGO)'
+	$(PY) -c 'import django.tasks' 2>/dev/null || $(PY) -m pip install --quiet -e '.[tasks]' '$(DJANGO)'
+	touch $(DEMO_STAMP)
+
 ## demo: migrate the testproject on SQLite, schedule a delay, an event and an approval, and fire them;
-## then leave an approval open and print its link and a user to answer it with (after `manage.py runserver`)
-demo: $(STAMP)
+## then leave an approval open and print its link, the admin console's and the dashboard's addresses and
+## a staff user to log in with (after `manage.py runserver`)
+demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py wakes_demo
 

@@ -15,18 +15,31 @@
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
+
+Beyond ``WAKES`` (each in a function of its own):
+
+| id | problem |
+| --- | --- |
+| W005 | the approval pages are routed but LOGIN_URL leads to no URL pattern: an approver's first click is a 404 |
+| W006 | LOGIN_URL's view renders a template that does not exist (a bare ``LoginView``): a 500 |
+| E011 | TASKS names ``WakesBackend`` but no Tasks framework imports (Django 5.2 without ``[tasks]``) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
-from django.urls import NoReverseMatch, reverse
+from django.shortcuts import resolve_url
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
+from django.urls import NoReverseMatch, Resolver404, get_script_prefix, resolve, reverse
 from django.utils.module_loading import import_string
+from django.views.generic.base import TemplateResponseMixin
 
 from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
@@ -274,3 +287,99 @@ def _missing_hooks() -> Iterator[CheckMessage]:
             hint="Point it at a function (session_id, result), or always pass kind= for your own sinks.",
             id="django_wakes.W002",
         )
+
+
+LOGIN_HINT = (
+    'Set LOGIN_URL = "django_wakes:login" (the login page django-wakes ships with its URLs) or route a login view '
+    "of your own at LOGIN_URL."
+)
+
+
+@register(Tags.urls)
+def check_login_page(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W005/W006: where a logged-out approver is sent must be a page that renders (only if approvals are routed)."""
+    if not getattr(settings, "ROOT_URLCONF", None) or not _approval_pages_routed():
+        return []
+    return list(_login_page())
+
+
+def _login_page() -> Iterator[CheckMessage]:
+    configured = settings.LOGIN_URL
+    try:
+        url = str(resolve_url(configured))
+    except NoReverseMatch:
+        yield Warning(
+            f"LOGIN_URL {configured!r} names no URL pattern: a logged-out approver's first click on an approval "
+            "link fails",
+            hint=LOGIN_HINT,
+            id="django_wakes.W005",
+        )
+        return
+    parts = urlsplit(url)
+    if parts.scheme or parts.netloc:
+        return  # a login page on another site (single sign-on): not this URLconf's to check
+    prefix = get_script_prefix()
+    path = "/" + parts.path[len(prefix) :] if prefix != "/" and parts.path.startswith(prefix) else parts.path
+    try:
+        match = resolve(path)
+    except Resolver404:
+        yield Warning(
+            f"LOGIN_URL {configured!r} ({path}) matches no URL pattern: a logged-out approver's first click on an "
+            "approval link is a 404",
+            hint=LOGIN_HINT,
+            id="django_wakes.W005",
+        )
+        return
+    template = _template_of(match.func)
+    if template is not None and not _loadable(template):
+        yield Warning(
+            f"LOGIN_URL {configured!r} is served by a view whose template {template!r} does not exist: a logged-out "
+            "approver's first click on an approval link is a 500 (TemplateDoesNotExist)",
+            hint='Use LOGIN_URL = "django_wakes:login" (it ships its template), or give the view one: '
+            'LoginView.as_view(template_name="admin/login.html") uses the admin\'s.',
+            id="django_wakes.W006",
+        )
+
+
+def _template_of(view: Any) -> str | None:
+    """The template a class-based view (``as_view()``) renders, from its class or its ``as_view`` arguments."""
+    view_class = getattr(view, "view_class", None)
+    if not isinstance(view_class, type) or not issubclass(view_class, TemplateResponseMixin):
+        return None
+    name = getattr(view, "view_initkwargs", {}).get("template_name") or view_class.template_name
+    return name if isinstance(name, str) else None
+
+
+def _loadable(template: str) -> bool:
+    try:
+        get_template(template)
+    except TemplateDoesNotExist:
+        return False
+    except Exception:  # noqa: BLE001 - a template that exists but does not compile is not this check's business
+        return True
+    return True
+
+
+#: The Tasks backend's dotted paths start so (``django_wakes.tasks.WakesBackend``, ``...tasks.backend.WakesBackend``).
+TASKS_BACKEND_PREFIX = "django_wakes.tasks."
+
+
+@register(Tags.compatibility)
+def check_tasks_backend(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E011: a TASKS entry names the django-wakes backend, but no Tasks framework is installed to run it."""
+    from .tasks import framework_available
+
+    tasks = getattr(settings, "TASKS", None)
+    if not isinstance(tasks, dict) or framework_available():
+        return []
+    return [
+        Error(
+            f"TASKS[{alias!r}] names {config['BACKEND']!r}, but no Tasks framework can be imported: "
+            "Django 6 ships django.tasks; Django 5.2 needs the django-tasks backport",
+            hint="pip install 'django-wakes[tasks]' and add \"django_tasks\" to INSTALLED_APPS (Django 5.2), "
+            "or upgrade to Django 6.",
+            id="django_wakes.E011",
+        )
+        for alias, config in tasks.items()
+        if isinstance(config, dict) and str(config.get("BACKEND", "")).startswith(TASKS_BACKEND_PREFIX)
+    ]

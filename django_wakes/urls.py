@@ -2,7 +2,10 @@
 
 Approval links are then ``reverse("django_wakes:approve", args=[token])``: that URL keeps the
 token's hash in the session and redirects to the token-free ``django_wakes:answer`` page, which
-needs a logged-in user (so the project needs a login view and ``settings.LOGIN_URL``).
+needs a logged-in user: ``settings.LOGIN_URL`` names the login page. A project without one of its own
+sets ``LOGIN_URL = "django_wakes:login"``: Django's ``LoginView`` with a template this app ships
+(``django_wakes/login.html``), so the first click on an approval link works with no template of the
+project's (system checks ``django_wakes.W005``/``W006`` catch a ``LOGIN_URL`` that leads nowhere).
 
 Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.web.approval_api`), and senders of
 events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.web.webhooks`;
@@ -12,6 +15,7 @@ Prometheus scrapes ``django_wakes:metrics`` (``metrics/``, :mod:`django_wakes.co
 token from ``WAKES["METRICS_TOKENS"]``; staff who may view wakes can read it in a browser.
 """
 
+from django.contrib.auth.views import LoginView
 from django.urls import path
 
 from .console import metrics
@@ -24,6 +28,7 @@ app_name = "django_wakes"
 urlpatterns = [
     path("approve/answer/", views.answer, name="answer"),  # before the token pattern, which would match it
     path("approve/<str:token>/", views.approve, name="approve"),
+    path("login/", LoginView.as_view(template_name="django_wakes/login.html"), name="login"),  # LOGIN_URL's choice
     path("approvals/api/", api.approval_api, name="approval_api"),
     path("events/<str:source>/", webhooks.event_webhook, name="event_webhook"),
     path("metrics/", metrics.metrics_view, name="metrics"),  # Prometheus; bearer token or staff (metrics.py)

@@ -55,8 +55,8 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "static/"
-# The approval page needs a logged-in user; the login template is testproject/templates/registration/.
-LOGIN_URL = "/accounts/login/"
+# The approval page needs a logged-in user: the login page django-wakes ships (no template of our own).
+LOGIN_URL = "django_wakes:login"
 
 
 def database_from_url(url: str) -> dict:

@@ -1,9 +1,7 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),  # settings.LOGIN_URL
-    path("wakes/", include("django_wakes.urls")),
+    path("wakes/", include("django_wakes.urls")),  # with its login page: settings.LOGIN_URL = "django_wakes:login"
 ]

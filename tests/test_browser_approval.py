@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.shortcuts import resolve_url
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -64,7 +67,9 @@ def log_in(browser: Browser, user: Any) -> None:
     """Give the browser a logged-in session (the login form itself is tested on its own)."""
     client = Client()
     client.force_login(user)
-    browser.visit(django_settings.LOGIN_URL)  # a page of the live server, so the cookie can be set for its host
+    browser.visit(
+        resolve_url(django_settings.LOGIN_URL)
+    )  # a page of the live server, so the cookie can be set for its host
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
     browser.driver.add_cookie({"name": cookie.key, "value": cookie.value})
 
@@ -151,9 +156,13 @@ def test_reject_end_to_end(browser: Browser, alice: Any, calls: Any) -> None:
 
 
 def test_logged_out_approver_logs_in_comes_back_and_answers(browser: Browser, alice: Any, calls: Any) -> None:
+    """A newcomer's first approval: the project has no login template of its own, only the page the app ships."""
+    with pytest.raises(TemplateDoesNotExist):
+        get_template("registration/login.html")  # the testproject brings none, as a pip-installed project
+    assert django_settings.LOGIN_URL == "django_wakes:login"
     approval = request_approval()
     open_link(browser, approval.token)
-    assert browser.path == f"{django_settings.LOGIN_URL}?next={ANSWER_PATH}"
+    assert browser.path == f"/wakes/login/?next={ANSWER_PATH}"
     assert "Log in to answer the approval." in browser.text()
     browser.screenshot("login")
     browser.fill("username", "alice")
@@ -263,7 +272,7 @@ def test_an_expired_approval_gets_410(browser: Browser, alice: Any) -> None:
 
 
 def test_the_demo_prints_a_link_that_works(browser: Browser) -> None:
-    """``make demo``'s last lines: a link and a user to answer it with, in a browser."""
+    """``make demo``'s last lines: a link, a staff user to answer it with, the console and the dashboard."""
     from io import StringIO
 
     from django.core.management import call_command
@@ -282,3 +291,12 @@ def test_the_demo_prints_a_link_that_works(browser: Browser) -> None:
     assert "Deploy build 42 to production?" in browser.text()
     choose_and_send(browser, "approve")
     assert "You approved this request." in browser.text()
+    console = next(line.split()[-1] for line in lines if "the wakes:" in line)
+    dashboard = next(line.split()[-1] for line in lines if "the dashboard:" in line)
+    assert lines[-1].split("username ")[1] == f"{username}, password {password}"  # the last line: the login
+    browser.visit(console)  # the same session: the demo user is staff, and may view wakes
+    assert browser.path == "/admin/django_wakes/wake/"
+    assert "demo.print" in browser.text("#result_list")
+    browser.visit(dashboard)
+    assert browser.path == "/admin/django_wakes/wake/dashboard/"
+    assert browser.find("#backlog-heading").get_attribute("textContent") == "Backlog"

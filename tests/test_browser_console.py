@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import reverse
 
@@ -39,7 +40,7 @@ def console(browser: Browser, admin_user: Any, settings: Any) -> Iterator[Browse
     settings.WAKES = {**settings.WAKES, "LEASE": "15s"}
     client = Client()
     client.force_login(admin_user)
-    browser.visit(django_settings.LOGIN_URL)
+    browser.visit(resolve_url(django_settings.LOGIN_URL))
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
     browser.driver.add_cookie({"name": cookie.key, "value": cookie.value})
     width, height = browser.driver.get_window_size().values()

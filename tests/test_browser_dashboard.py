@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
+from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -59,7 +60,7 @@ def operator(django_user_model: Any) -> Any:
 def log_in(browser: Browser, user: Any) -> None:
     client = Client()
     client.force_login(user)
-    browser.visit(django_settings.LOGIN_URL)
+    browser.visit(resolve_url(django_settings.LOGIN_URL))
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
     browser.driver.add_cookie({"name": cookie.key, "value": cookie.value})
 

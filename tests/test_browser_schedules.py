@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
+from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import reverse
 
@@ -41,7 +42,7 @@ def night_clock() -> Iterator[FakeClock]:
 def log_in(browser: Browser, user: Any) -> None:
     client = Client()
     client.force_login(user)
-    browser.visit(django_settings.LOGIN_URL)
+    browser.visit(resolve_url(django_settings.LOGIN_URL))
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
     browser.driver.add_cookie({"name": cookie.key, "value": cookie.value})
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core import checks
 from django.core.management import call_command
 
-from django_wakes.checks import check_wakes_settings
+from django_wakes.checks import check_login_page, check_tasks_backend, check_wakes_settings
 
 
 def ids(messages):
@@ -15,6 +20,8 @@ def ids(messages):
 
 def test_testproject_settings_are_clean():
     assert check_wakes_settings() == []
+    assert check_login_page() == []
+    assert check_tasks_backend() == []
 
 
 def test_missing_authorize_warns(settings):
@@ -137,3 +144,112 @@ def test_bad_poll_interval_is_an_error(settings, value):
 def test_a_hook_that_is_not_callable_is_an_error(settings):
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": "testproject.settings.SECRET_KEY"}
     assert ids(check_wakes_settings()) == ["django_wakes.E002"]
+
+
+# -- the login page a logged-out approver is sent to (W005, W006) ---------------------------------
+
+
+def login_ids() -> list[str]:
+    return ids(check_login_page())
+
+
+def test_the_login_page_django_wakes_ships_passes(settings):
+    settings.LOGIN_URL = "django_wakes:login"  # what the testproject and the README use
+    assert login_ids() == []
+
+
+def test_a_login_url_no_pattern_matches_warns(settings):
+    settings.LOGIN_URL = "/accounts/login/"  # Django's default, with nothing routed there
+    (warning,) = check_login_page()
+    assert warning.id == "django_wakes.W005" and warning.level == checks.WARNING
+    assert "'/accounts/login/'" in warning.msg and "404" in warning.msg
+    assert 'LOGIN_URL = "django_wakes:login"' in warning.hint
+
+
+def test_a_login_url_naming_no_pattern_warns(settings):
+    settings.LOGIN_URL = "login"  # a URL name this URLconf does not have
+    assert login_ids() == ["django_wakes.W005"]
+
+
+def test_a_login_view_without_its_template_warns(settings):
+    """The 500 a newcomer met: ``LoginView`` at LOGIN_URL and no ``registration/login.html`` anywhere."""
+    settings.ROOT_URLCONF = "tests.urls_login_without_template"
+    settings.LOGIN_URL = "/accounts/login/"
+    (warning,) = check_login_page()
+    assert warning.id == "django_wakes.W006"
+    assert "'registration/login.html'" in warning.msg and "500" in warning.msg
+    settings.LOGIN_URL = "login"  # the same view by its URL name
+    assert login_ids() == ["django_wakes.W006"]
+
+
+def test_a_login_view_given_a_template_that_exists_passes(settings):
+    settings.ROOT_URLCONF = "tests.urls_login_without_template"
+    settings.LOGIN_URL = "admin_login"  # LoginView.as_view(template_name="admin/login.html")
+    assert login_ids() == []
+
+
+def test_a_login_page_on_another_site_is_not_checked(settings):
+    settings.LOGIN_URL = "https://sso.example.com/login"
+    assert login_ids() == []
+
+
+def test_no_approval_pages_routed_means_no_login_check(settings):
+    settings.ROOT_URLCONF = "tests.urls_without_wakes"
+    settings.LOGIN_URL = "/accounts/login/"
+    assert login_ids() == []
+
+
+def test_a_settings_module_without_root_urlconf_is_not_a_crash(settings):
+    del settings.ROOT_URLCONF
+    assert login_ids() == []
+
+
+def test_the_login_check_runs_with_django_check(settings, capsys):
+    settings.LOGIN_URL = "/nowhere/"
+    messages = checks.run_checks(tags=[checks.Tags.urls])
+    assert "django_wakes.W005" in ids(messages)
+
+
+# -- the Tasks backend without a Tasks framework (E011) -------------------------------------------
+
+#: Run ``manage.py check`` with the Tasks frameworks made unimportable the way Python documents it (a
+#: ``None`` in ``sys.modules``: ``import`` raises ImportError and ``find_spec`` finds nothing): Django 5.2
+#: without the ``[tasks]`` extra.
+CHECK_WITHOUT_TASKS = """
+import sys
+if sys.argv[1] == "blocked":
+    sys.modules["django_tasks"] = None
+    sys.modules["django.tasks"] = None
+from django.core.management import execute_from_command_line
+execute_from_command_line(["manage.py", "check"])
+"""
+
+
+def run_check(mode: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    return subprocess.run(  # noqa: S603 - our own interpreter on our own script
+        [sys.executable, "-c", CHECK_WITHOUT_TASKS, mode],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_tasks_naming_the_backend_without_a_tasks_framework_is_an_error():
+    blocked = run_check("blocked")
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert "django_wakes.E011" in blocked.stderr
+    assert "TASKS['default'] names 'django_wakes.tasks.WakesBackend'" in blocked.stderr
+    assert "pip install 'django-wakes[tasks]'" in blocked.stderr
+    installed = run_check("installed")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "E011" not in installed.stderr
+
+
+def test_no_tasks_setting_is_not_checked(settings):
+    del settings.TASKS
+    assert check_tasks_backend() == []

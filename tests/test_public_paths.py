@@ -85,6 +85,7 @@ def test_the_package_root_exports_what_it_lists():
     [
         ("django_wakes:approve", ["t0ken"]),
         ("django_wakes:answer", []),
+        ("django_wakes:login", []),
         ("django_wakes:approval_api", []),
         ("django_wakes:event_webhook", ["github"]),
         ("django_wakes:metrics", []),
@@ -107,6 +108,7 @@ TEMPLATES = [
     "django_wakes/approve.html",
     "django_wakes/approve_done.html",
     "django_wakes/approve_refused.html",
+    "django_wakes/login.html",
     "admin/django_wakes/app_index.html",
     "admin/django_wakes/dashboard.html",
     "admin/django_wakes/wake/change_list.html",

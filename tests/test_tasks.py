@@ -7,8 +7,12 @@ Every test uses the standard API only (``@task``, ``enqueue``, ``using``, ``get_
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -436,3 +440,31 @@ def test_a_task_whose_runner_died_runs_again_and_a_poison_task_ends_failed(clock
     (error,) = poison.errors
     assert error.exception_class is TaskInterrupted
     assert "lease lapsed" in error.traceback
+
+
+# -- the README's example, as written --------------------------------------------------------------
+
+
+def readme_blocks(section: str) -> list[str]:
+    """The ```python blocks of one ``## section`` of README.md, in order."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", body, flags=re.DOTALL)
+
+
+def test_the_readmes_tasks_example_runs_as_written(settings, tmp_path, monkeypatch):
+    """The README's settings and task, unedited, on this Django (5.2 with the backport, or 6): enqueued, run, read."""
+    settings_block, task_block = readme_blocks("Django Tasks")
+    declared: dict[str, Any] = {}
+    exec(settings_block, declared)  # noqa: S102 - our own README
+    settings.TASKS = declared["TASKS"]
+    (tmp_path / "readme_tasks_example.py").write_text(task_block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "readme_tasks_example", raising=False)
+    example = importlib.import_module("readme_tasks_example")  # enqueues, and reads the status back
+    wake = Wake.objects.get(pk=int(example.result.id))
+    assert (wake.kind, wake.queue_name, wake.serial_key, wake.max_attempts) == (TASK_KIND, "emails", "user:7", 3)
+    assert example.send_welcome.get_result(example.result.id).status == TaskResultStatus.READY
+    assert run().fired == 1
+    done = example.send_welcome.get_result(example.result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value is None

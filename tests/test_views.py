@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.sessions.models import Session
+from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import reverse
 
@@ -214,14 +215,15 @@ def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
     assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)
     to_login = browser.get(ANSWER_URL)
     assert to_login.status_code == 302
-    assert to_login["Location"] == f"{django_settings.LOGIN_URL}?next=/wakes/approve/answer/"
+    assert to_login["Location"] == f"{resolve_url(django_settings.LOGIN_URL)}?next=/wakes/approve/answer/"
     assert browser.post(ANSWER_URL, {"wake": approval.wake.pk, "decision": "approve"}).status_code == 302
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None  # not answered while logged out
     login_page = browser.get(to_login["Location"])
     assert login_page.status_code == 200
     assert approval.token not in login_page.content.decode()
     back = browser.post(
-        django_settings.LOGIN_URL, {"username": "alice", "password": PASSWORD, "next": "/wakes/approve/answer/"}
+        resolve_url(django_settings.LOGIN_URL),
+        {"username": "alice", "password": PASSWORD, "next": "/wakes/approve/answer/"},
     )
     assert back.status_code == 302 and back["Location"] == ANSWER_URL
     assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)  # kept across the login

@@ -1,7 +1,8 @@
 """``manage.py wakes_demo``: schedule a delay, an event watch and an approval, then fire them all.
 
 It lives in the testproject (it needs the testproject's ``demo.print`` sink and ``AUTHORIZE`` hook),
-and ends by leaving one approval open for a human: it prints its link and a demo user to log in with.
+and ends by leaving one approval open for a human: it prints its link, the operator console's and the
+dashboard's addresses, and a staff user to log in with (who may view and operate wakes, nothing else).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.urls import reverse
 
@@ -117,7 +119,7 @@ class Command(BaseCommand):
         out.write(f"  at {later:%H:%M:%S} the session's turn came back (fired {report.fired}), note and all")
 
     def open_approval_for_a_human(self, base_url: str) -> None:
-        """Leave one approval open, refresh the ``demo`` user, and print how to answer it in a browser."""
+        """Leave one approval open, refresh the ``demo`` staff user, and print where to go in a browser."""
         approval = django_wakes.request_approval(
             workspace_id="demo",
             prompt="Deploy build 42 to production?",
@@ -126,10 +128,7 @@ class Command(BaseCommand):
             intent={"deploy": "build 42", "to": "production"},
         )
         username, password = "demo", secrets.token_urlsafe(9)
-        user_model = get_user_model()
-        user, _ = user_model._default_manager.get_or_create(**{user_model.USERNAME_FIELD: username})
-        user.set_password(password)  # a new one on every run: it is printed below
-        user.save()
+        self.staff_user(username, password)
         python = os.path.relpath(sys.executable)
         python = python if not python.startswith("..") else "python"
         link = base_url + reverse("django_wakes:approve", args=[approval.token])
@@ -140,3 +139,19 @@ class Command(BaseCommand):
         out.write(f"  2. open the link:         {link}")
         out.write(f"  3. log in as:             username {username}, password {password}")
         out.write(f"  4. answer, then fire it:  {python} manage.py runwakes --once")
+        out.write(self.style.MIGRATE_HEADING("Then look at the operator console (same server, same login)"))
+        out.write(f"  the wakes:     {base_url}{reverse('admin:django_wakes_wake_changelist')}")
+        out.write(f"  the dashboard: {base_url}{reverse('admin:django_wakes_dashboard')}")
+        out.write(f"  staff login:   username {username}, password {password}")
+
+    def staff_user(self, username: str, password: str) -> None:
+        """The ``demo`` user, staff, who may view every django-wakes page and operate wakes; a new password each run."""
+        user_model = get_user_model()
+        user, _ = user_model._default_manager.get_or_create(**{user_model.USERNAME_FIELD: username})
+        user.set_password(password)  # a new one on every run: it is printed
+        user.is_staff = True
+        user.save()
+        permissions = Permission.objects.filter(content_type__app_label="django_wakes").filter(
+            codename__startswith="view_"
+        ) | Permission.objects.filter(content_type__app_label="django_wakes", codename="operate_wake")
+        user.user_permissions.add(*permissions)

@@ -1,0 +1,43 @@
+"""The Makefile's targets do what the README says: ``make demo`` installs only what the demo runs.
+
+Read from ``make -n`` (what make would run, run nothing), with a fresh virtualenv path so every
+install step is listed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def planned(target: str, venv: Path) -> list[str]:
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    out = subprocess.run(  # noqa: S603
+        ["make", "-n", target, f"VENV={venv}", "PYTHON=python3"],  # noqa: S607 - make from PATH, as a user runs it
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.splitlines()
+
+
+def test_make_demo_installs_the_package_and_django_only(tmp_path):
+    steps = planned("demo", tmp_path / "venv")
+    installs = [step for step in steps if " -m pip install" in step and "--upgrade 'pip" not in step]
+    assert installs, steps
+    for step in installs:
+        assert "--group" not in step, f"the demo installs the dev toolchain: {step}"
+        targets = re.findall(r"-e '?(\.[^' ]*)'?", step)
+        assert targets and set(targets) <= {".", ".[tasks]"}, f"the demo installs more than it runs: {step}"
+    assert steps[-2:] == [
+        f"{tmp_path / 'venv'}/bin/python manage.py migrate --verbosity 0",
+        f"{tmp_path / 'venv'}/bin/python manage.py wakes_demo",
+    ]
