@@ -159,7 +159,7 @@ class _UnwakeableLog:
         for kind, wake_id in current.items():
             if kind not in self._warned:
                 logger.warning(
-                    "kind=%r has no sink in this runner: its due wakes (wake %s, ...) stay due; "
+                    "kind=%r has no sink in this runner: wake %s and any other due wake of it stay due; "
                     "a sink deployed after the runner started is loaded when the runner restarts",
                     kind,
                     wake_id,
