@@ -10,11 +10,13 @@
 | E006 | POLL_INTERVAL is not a positive number of seconds |
 | E007 | PUSH_DATABASE names no alias in DATABASES |
 | E009 | BUDGETS is not a dict of known limits, each None, a whole number or a duration |
-| E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings, MAX_BYTES: positive int, MAP: importable} |
+| E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings the SCHEME can use, SCHEME: known, |
+|      | WORKSPACE: a workspace id, MAP: importable (required by "github" and "stripe"), MAX_BYTES: positive int} |
 | E010 | METRICS_TOKENS is not a list of strings of at least 32 characters, each without whitespace |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
+| W004 | a WEBHOOKS source with neither WORKSPACE nor MAP: the body names the workspace (its secret opens them all) |
 
 Beyond ``WAKES`` (each in a function of its own):
 
@@ -43,7 +45,8 @@ from django.views.generic.base import TemplateResponseMixin
 
 from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
-from .exceptions import InvalidDuration
+from .exceptions import InvalidDuration, InvalidWake
+from .validation import key
 
 #: Duration settings and whether zero is allowed (a zero lease would make every claim lapse at once).
 DURATIONS = {
@@ -201,13 +204,15 @@ def _push_database() -> Iterator[CheckMessage]:
 def _webhook_error(message: str) -> CheckMessage:
     return Error(
         message,
-        hint='Give WAKES["WEBHOOKS"] = {"source": {"SECRETS": ["..."], "MAX_BYTES": 65536, "MAP": "dotted.path"}}.',
+        hint='Give WAKES["WEBHOOKS"] = {"source": {"SECRETS": ["..."], "SCHEME": "wakes", "WORKSPACE": "...", '
+        '"MAP": "dotted.path", "MAX_BYTES": 65536}} (docs/events.md).',
         id="django_wakes.E008",
     )
 
 
 def _webhooks() -> Iterator[CheckMessage]:
     """Validate WEBHOOKS; messages name the source and the key, never a secret's value."""
+    from .web.webhook_schemes import DEFAULT_SCHEME, SCHEMES
     from .web.webhooks import SOURCE_KEYS, SOURCE_MAX_LENGTH
 
     value = wakes_settings.get("WEBHOOKS")
@@ -227,6 +232,11 @@ def _webhooks() -> Iterator[CheckMessage]:
             continue
         for unknown in sorted(set(config) - SOURCE_KEYS, key=str):
             yield _webhook_error(f"{name} has an unknown key {unknown!r:.60}")
+        scheme_name = config.get("SCHEME", DEFAULT_SCHEME)
+        scheme = SCHEMES.get(scheme_name) if isinstance(scheme_name, str) else None
+        if scheme is None:
+            known = ", ".join(sorted(SCHEMES))
+            yield _webhook_error(f"{name}['SCHEME'] must be one of {known}, got {scheme_name!r:.60}")
         secrets = config.get("SECRETS")
         if (
             not isinstance(secrets, list | tuple)
@@ -234,12 +244,35 @@ def _webhooks() -> Iterator[CheckMessage]:
             or not all(isinstance(secret, str) and secret for secret in secrets)
         ):
             yield _webhook_error(f"{name}['SECRETS'] must be a non-empty list of non-empty strings")
+        elif scheme is not None:
+            for index, secret in enumerate(secrets):
+                problem = scheme.secret_problem(secret)
+                if problem:
+                    yield _webhook_error(f"{name}['SECRETS'][{index}] {problem} (scheme {scheme.name!r})")
         max_bytes = config.get("MAX_BYTES", 1)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             yield _webhook_error(f"{name}['MAX_BYTES'] must be a positive integer, got {max_bytes!r:.60}")
+        workspace = config.get("WORKSPACE")
+        if workspace is not None:
+            try:
+                key(workspace, name=f"{name}['WORKSPACE']")
+            except InvalidWake as exc:
+                yield _webhook_error(str(exc))
         mapper = config.get("MAP")
         if mapper is not None and not _importable(mapper):
             yield _webhook_error(f"{name}['MAP'] cannot be imported as a callable: {mapper!r:.100}")
+        if mapper is None and scheme is not None and scheme.needs_map:
+            yield _webhook_error(
+                f"{name} has SCHEME {scheme.name!r} but no MAP: its bodies are {scheme.name}'s own events, "
+                "and MAP says which event key each one is"
+            )
+        elif mapper is None and workspace is None:
+            yield Warning(
+                f"{name} has neither WORKSPACE nor MAP: the body names the workspace, so whoever holds this "
+                "source's secret can deliver events into any workspace",
+                hint="Set WORKSPACE to pin the source to one workspace, or a MAP that decides it.",
+                id="django_wakes.W004",
+            )
 
 
 def _metrics_tokens() -> Iterator[CheckMessage]:

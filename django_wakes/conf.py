@@ -23,8 +23,9 @@ Defaults (every key optional)::
                                   # see BUDGET_DEFAULTS; a limit set to None is off
         "SESSION_BUSY": None,     # dotted path of fn(session_id) -> bool: a busy session's turn waits
         "BUSY_RETRY": "2s",       # how soon a session_turn wake deferred for a busy session is looked at again
-        "WEBHOOKS": {},           # source -> {"SECRETS": [...], "MAX_BYTES": 262144, "MAP": None}: the
-                                  # signed event webhook events/<source>/ (docs/events.md); none by default
+        "WEBHOOKS": {},           # source -> {"SECRETS": [...], "SCHEME": "wakes", "WORKSPACE": None, "MAP": None,
+                                  # "MAX_BYTES": 262144}: the signed event webhook events/<source>/ for our own,
+                                  # Standard Webhooks, GitHub and Stripe senders (docs/events.md); none by default
         "API_AUTH": None,         # dotted path of fn(request) -> actor | None for the JSON approval API
                                   # (None: the session user, CSRF-protected)
         "METRICS_TOKENS": [],     # bearer tokens a Prometheus scraper may send to metrics/ (staff who may
@@ -182,7 +183,7 @@ class WakesSettings:
 
     @property
     def webhooks(self) -> dict[str, dict[str, Any]]:
-        """Source -> its settings (``SECRETS``, ``MAX_BYTES``, ``MAP``), for :mod:`django_wakes.web.webhooks`."""
+        """Source -> its settings (``SECRETS``, ``SCHEME``, ``WORKSPACE``, ``MAP``, ...): :mod:`.web.webhooks`."""
         return dict(self.get("WEBHOOKS") or {})
 
     @property

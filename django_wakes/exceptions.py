@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class WakeError(Exception):
     """Base class of every error django-wakes raises on purpose."""
@@ -48,7 +50,15 @@ class ApprovalNotFound(ApprovalError):
 
 
 class ApprovalAlreadyResolved(ApprovalError):
-    """The approval was already answered (or cancelled): tokens are one-time."""
+    """The approval was already answered (or cancelled): tokens are one-time.
+
+    ``wake`` is the approval as it is now (its ``result`` holds the answer that was recorded), for a
+    caller that may show it: the actor was authorized for the approval's workspace before this was raised.
+    """
+
+    def __init__(self, message: str, wake: Any = None) -> None:
+        super().__init__(message)
+        self.wake = wake
 
 
 class ApprovalExpired(ApprovalError):

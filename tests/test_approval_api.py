@@ -126,6 +126,7 @@ def test_a_rejection_without_a_comment(client, approval):
 def test_anonymous_is_401_json_not_a_redirect(approval):
     response = post(Client(), answer(approval.token))
     assert (response.status_code, error(response)) == (401, "unauthorized")
+    assert response["WWW-Authenticate"] == 'Session realm="django-wakes"'
     assert "Location" not in response
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
@@ -158,12 +159,14 @@ def test_api_auth_answers_without_csrf(bot, approval, calls):
 def test_api_auth_returning_none_is_401(bot, approval):
     response = post(bot, answer(approval.token), HTTP_AUTHORIZATION="Bearer wrong")
     assert (response.status_code, error(response)) == (401, "unauthorized")
+    assert response["WWW-Authenticate"] == 'Bearer realm="django-wakes"'
 
 
 def test_with_api_auth_the_session_alone_does_not_authenticate(bot, client, approval):
     """API_AUTH decides alone: a logged-in browser without the bot's credentials is not let in (no CSRF then)."""
     response = post(client, answer(approval.token))
     assert (response.status_code, error(response)) == (401, "unauthorized")
+    assert response["WWW-Authenticate"] == 'Bearer realm="django-wakes"'
 
 
 def test_api_auth_may_be_a_callable(settings, approval):
@@ -200,16 +203,61 @@ def test_an_unknown_token_is_404(client, approval, token):
     assert (response.status_code, error(response)) == (404, "not_found")
 
 
-def test_a_second_answer_is_409(client, approval):
-    assert post(client, answer(approval.token, True)).status_code == 200
+def test_the_same_answer_again_by_the_same_actor_is_200_with_the_recorded_answer(client, approval, calls):
+    """A client whose first response was lost retries: it is told the answer stands, and nothing fires twice."""
+    first = post(client, answer(approval.token, True, comment="ship it"))
+    assert first.json() == {"wake": approval.wake.pk, "approved": True}
+    again = post(client, answer(approval.token, True, comment="ship it"))
+    assert (again.status_code, again.json()) == (200, {"wake": approval.wake.pk, "approved": True, "duplicate": True})
+    assert django_wakes.run_due().fired == 1
+    assert post(client, answer(approval.token, True, comment="ship it")).json()["duplicate"] is True  # after firing
+    assert len(calls) == 1
+
+
+def test_a_different_answer_is_409_and_says_what_was_recorded(client, approval):
+    assert post(client, answer(approval.token, True, comment="ship it")).status_code == 200
     response = post(client, answer(approval.token, False))
     assert (response.status_code, error(response)) == (409, "already_answered")
-    assert Wake.objects.get(pk=approval.wake.pk).result["answer"]["approved"] is True
+    assert response.json()["detail"] == "This approval was already answered: approved by alice."
+    assert response.json()["recorded"] == {"approved": True, "comment": "ship it", "by": "alice", "defaulted": False}
+    assert post(client, answer(approval.token, True, comment="another comment")).status_code == 409
+    assert Wake.objects.get(pk=approval.wake.pk).result["answer"] == {"approved": True, "comment": "ship it"}
+
+
+def test_the_same_answer_by_another_actor_is_409(client, approval, django_user_model):
+    assert post(client, answer(approval.token, True)).status_code == 200
+    team = Client()
+    team.force_login(django_user_model.objects.create_user("team", password=PASSWORD))  # may answer team-alice's
+    response = post(team, answer(approval.token, True))
+    assert (response.status_code, error(response)) == (409, "already_answered")
+    assert response.json()["recorded"]["by"] == "alice"
+
+
+def test_an_actor_authorize_refuses_is_told_nothing_of_the_answer(client, approval, django_user_model):
+    assert post(client, answer(approval.token, True, comment="secret plans")).status_code == 200
+    bob = Client()
+    bob.force_login(django_user_model.objects.create_user("bob", password=PASSWORD))
+    response = post(bob, answer(approval.token, True, comment="secret plans"))
+    assert (response.status_code, error(response)) == (403, "forbidden")
+    assert "secret plans" not in response.content.decode()
 
 
 def test_a_cancelled_approval_is_409(client, approval):
     assert django_wakes.cancel(approval.wake.pk)
-    assert post(client, answer(approval.token)).status_code == 409
+    response = post(client, answer(approval.token))
+    assert (response.status_code, error(response)) == (409, "already_answered")
+    assert response.json()["detail"] == "This approval was cancelled."
+
+
+def test_an_answer_after_the_default_on_expiry_is_409(client, calls):
+    with fake_clock(datetime(2031, 1, 1, tzinfo=UTC)) as clock:
+        approval = request_approval(on_expiry={"approved": False, "comment": ""})
+        clock.advance("2h")
+        assert django_wakes.run_due().fired == 1
+        response = post(client, answer(approval.token, False))
+    assert (response.status_code, error(response)) == (409, "already_answered")
+    assert response.json()["detail"] == "This approval was already answered: rejected by default on expiry."
+    assert response.json()["recorded"] == {"approved": False, "comment": "", "by": None, "defaulted": True}
 
 
 def test_an_expired_approval_is_410(client, calls):
@@ -298,10 +346,11 @@ def test_the_token_is_in_no_log_line(bot, approval, caplog):
         post(Client(), answer(approval.token), HTTP_AUTHORIZATION="Bearer wrong"),  # 401
         post(bot, answer(approval.token, comment="x" * 2001)),  # 400
         post(bot, answer(approval.token)),  # 200
-        post(bot, answer(approval.token)),  # 409
+        post(bot, answer(approval.token)),  # 200 again: the same answer by the same actor
+        post(bot, answer(approval.token, False)),  # 409
         post(bot, answer(other.token[::-1])),  # 404
     ]
-    assert [r.status_code for r in responses] == [403, 401, 400, 200, 409, 404]
+    assert [r.status_code for r in responses] == [403, 401, 400, 200, 200, 409, 404]
     text = caplog.text + "".join(r.content.decode() for r in responses)
     assert approval.token not in text and other.token[::-1] not in text
     assert f"approval answered wake={approval.wake.pk} workspace={WORKSPACE} by=alice approved=True via=api" in (
@@ -334,7 +383,7 @@ def test_the_documented_api_auth_and_curl_example_works(live_server, settings, m
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"wake": approval.wake.pk, "approved": True}
     again = subprocess.run(["bash", "-eu", "-c", script], capture_output=True, text=True, timeout=60, env=env)
-    assert json.loads(again.stdout)["error"] == "already_answered"
+    assert json.loads(again.stdout) == {"wake": approval.wake.pk, "approved": True, "duplicate": True}
     wrong_key = subprocess.run(
         ["bash", "-eu", "-c", script], capture_output=True, text=True, timeout=60, env={**env, "WAKES_BOT_KEY": "nope"}
     )

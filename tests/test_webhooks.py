@@ -1,8 +1,9 @@
-"""The signed event webhook through real HTTP requests: Django's test client, and curl against a live server.
+"""The signed event webhook (its own "wakes" scheme) through real HTTP requests: Django's test client, and curl.
 
-Every response code, rotation, replays (also between clients, processes' worth of threads and after
-a failed delivery), the tolerance's edges, the body limit, MAP, what is logged, the system check (E008)
-and forgetting old delivery ids.
+Every response code and the order of refusals, rotation, redeliveries (also between clients,
+processes' worth of threads and after a failed delivery), the tolerance's edges, the body limit, MAP,
+WORKSPACE, what is logged, the system check (E008, W004) and forgetting old delivery ids. The other
+senders' schemes (Standard Webhooks, GitHub, Stripe) are in tests/test_webhook_schemes.py.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from django_wakes import clock as wakes_clock
 from django_wakes.checks import check_wakes_settings
 from django_wakes.engine import forget_deliveries
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.models import WebhookDelivery
+from django_wakes.models import Wake, WebhookDelivery
 from django_wakes.testing import fake_clock
 from django_wakes.web import webhooks
 from django_wakes.web.webhooks import sign
@@ -47,14 +48,15 @@ URL = "/wakes/events/ci/"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
 
 
-def from_provider(body: dict[str, Any], request: Any) -> dict[str, Any] | None:
+def from_provider(delivery: webhooks.Delivery) -> dict[str, Any] | None:
     """A MAP for a provider's own shape: {"kind", "project", "status", "sha", "build"}."""
+    body = delivery.body
     if body.get("kind") == "ping":
         return None
     return {
         "workspace_id": body["project"],
         "event_key": f"ci:{body['status']}:{body['sha']}",
-        "payload": {"build": body["build"], "via": request.headers.get("X-Provider", "")},
+        "payload": {"build": body["build"], "via": delivery.headers.get("X-Provider", ""), "id": delivery.id},
     }
 
 
@@ -65,6 +67,7 @@ def webhook_settings(settings: Any) -> None:
         "WEBHOOKS": {
             "ci": {"SECRETS": [NEW, OLD], "MAX_BYTES": MAX_BYTES},
             "provider": {"SECRETS": [MAPPED_SECRET], "MAP": "tests.test_webhooks.from_provider"},
+            "pinned": {"SECRETS": [NEW], "WORKSPACE": WS},
             "unsigned": {"SECRETS": []},
         },
     }
@@ -181,6 +184,7 @@ def test_a_missing_timestamp_or_signature_is_401(client, clock, missing):
     sent = {k: v for k, v in headers(body).items() if k != missing}
     response = client.post(URL, data=body, content_type="application/json", **sent)
     assert (response.status_code, error(response)) == (401, "unauthorized")
+    assert response["WWW-Authenticate"] == 'Signature realm="django-wakes", header="X-Wakes-Signature"'
 
 
 @pytest.mark.parametrize(
@@ -300,12 +304,45 @@ def test_the_package_validation_message_is_returned(client, clock):
 
 
 @pytest.mark.parametrize("delivery", ["", "has.dot", "has space", "é", "x" * 201, "line\nbreak"])
-def test_a_missing_or_malformed_delivery_id_is_400(client, clock, delivery):
+def test_a_missing_or_malformed_delivery_id_is_400_once_signed(client, clock, delivery):
     body = encode(event())
-    sent = headers(body, delivery="ok")
+    sent = headers(body, delivery="ok", signed_delivery=delivery or "-")
     sent["HTTP_X_WAKES_DELIVERY"] = delivery
+    if delivery:
+        sent["HTTP_X_WAKES_SIGNATURE"] = sign(NEW, sent["HTTP_X_WAKES_TIMESTAMP"], delivery, body)
+    else:  # no header at all: what was signed is the empty id
+        del sent["HTTP_X_WAKES_DELIVERY"]
+        sent["HTTP_X_WAKES_SIGNATURE"] = sign(NEW, sent["HTTP_X_WAKES_TIMESTAMP"], "", body)
     response = client.post(URL, data=body, content_type="application/json", **sent)
     assert (response.status_code, error(response)) == (400, "bad_delivery_id")
+    assert not WebhookDelivery.objects.exists()
+
+
+# -- the order of refusals -------------------------------------------------------------------------
+
+
+def test_an_unsigned_request_is_401_before_its_body_or_delivery_id_is_judged(client, clock):
+    """A sender with the wrong scheme is told about its signature, not about the id it did not send."""
+    response = client.post(URL, data=b"not json", content_type="application/json")
+    assert (response.status_code, error(response)) == (401, "unauthorized")
+    response = client.post(URL, data=b"{}", content_type="application/json", HTTP_X_WAKES_DELIVERY="has.dot")
+    assert response.status_code == 401
+
+
+def test_an_unknown_source_is_404_whatever_the_method(client, clock):
+    assert client.get("/wakes/events/nope/").status_code == 404
+    assert client.get(URL).status_code == 405
+
+
+def test_too_large_comes_before_the_signature(client, clock):
+    response = client.post(URL, data=padded(MAX_BYTES + 1), content_type="application/json")
+    assert (response.status_code, error(response)) == (413, "too_large")
+
+
+def test_a_bad_body_is_400_only_once_signed(client, clock):
+    body = b"not json"
+    assert client.post(URL, data=body, content_type="application/json").status_code == 401
+    assert post(client, body).status_code == 400
 
 
 def test_a_refused_body_can_be_sent_again_fixed_with_the_same_id(client, clock, calls):
@@ -314,10 +351,12 @@ def test_a_refused_body_can_be_sent_again_fixed_with_the_same_id(client, clock, 
     assert post(client, event(), delivery="retry-me").json() == {"accepted": 1}
 
 
-# -- 409 -----------------------------------------------------------------------------------------
+# -- redeliveries: 200, nothing delivered twice ---------------------------------------------------
+
+DUPLICATE = {"accepted": 0, "duplicate": True}
 
 
-def test_a_replayed_delivery_is_409_and_delivers_nothing(client, clock, calls):
+def test_a_redelivery_is_200_duplicate_and_delivers_nothing(client, clock, calls):
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     body = encode(event())
@@ -326,15 +365,17 @@ def test_a_replayed_delivery_is_409_and_delivers_nothing(client, clock, calls):
     assert first.json() == {"accepted": 2}
     later = django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     again = Client().post(URL, data=body, content_type="application/json", **sent)  # another client, same bytes
-    assert (again.status_code, error(again)) == (409, "replayed")
+    assert (again.status_code, again.json()) == (200, DUPLICATE)
     django_wakes.run_due()
     assert len(calls) == 2 and later.pk not in calls.ids
 
 
-def test_a_replayed_id_with_another_body_is_409(client, clock):
-    assert post(client, event(payload=1), delivery="same").status_code == 200
+def test_a_redelivered_id_with_another_body_delivers_nothing(client, clock, calls):
+    assert post(client, event(payload=1), delivery="same").json() == {"accepted": 0}
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     response = post(Client(), event(payload=2), delivery="same")
-    assert (response.status_code, error(response)) == (409, "replayed")
+    assert (response.status_code, response.json()) == (200, DUPLICATE)
+    assert django_wakes.run_due().fired == 0
 
 
 def test_delivery_ids_are_per_source_and_case_sensitive(client, clock, settings):
@@ -342,12 +383,12 @@ def test_delivery_ids_are_per_source_and_case_sensitive(client, clock, settings)
     assert post(client, delivery="Same").status_code == 200
     assert post(client, url="/wakes/events/cd/", delivery="Same").status_code == 200
     assert post(client, delivery="same").status_code == 200  # byte for byte, on MySQL/MariaDB too
-    assert post(client, delivery="Same").status_code == 409
+    assert post(client, delivery="Same").json() == DUPLICATE
     assert WebhookDelivery.objects.count() == 3
 
 
 def test_a_delivery_that_failed_can_be_retried_with_its_id(clock, calls, monkeypatch):
-    """The id is inserted in the delivery's transaction: a failure leaves no row, so a retry is not 409."""
+    """The id is inserted in the delivery's transaction: a failure leaves no row, so a retry delivers."""
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     real = webhooks.deliver_event
     failures = [OperationalError("server closed the connection unexpectedly")]
@@ -364,7 +405,7 @@ def test_a_delivery_that_failed_can_be_retried_with_its_id(clock, calls, monkeyp
     assert client.post(URL, data=body, content_type="application/json", **sent).status_code == 500
     assert not WebhookDelivery.objects.exists()
     assert client.post(URL, data=body, content_type="application/json", **sent).json() == {"accepted": 1}
-    assert client.post(URL, data=body, content_type="application/json", **sent).status_code == 409
+    assert client.post(URL, data=body, content_type="application/json", **sent).json() == DUPLICATE
 
 
 # -- 413 -----------------------------------------------------------------------------------------
@@ -437,14 +478,14 @@ def test_map_turns_a_providers_body_into_the_event(client, clock, calls):
     assert provider_post(client, body, "p-1").json() == {"accepted": 1}
     django_wakes.run_due()
     assert calls.results == [
-        {"trigger": "on_event", "event_key": "ci:green:abc123", "payload": {"build": 9, "via": "acme"}}
+        {"trigger": "on_event", "event_key": "ci:green:abc123", "payload": {"build": 9, "via": "acme", "id": "p-1"}}
     ]
 
 
 def test_map_returning_none_accepts_and_delivers_nothing(client, clock):
     response = provider_post(client, {"kind": "ping"}, "p-ping")
     assert response.json() == {"accepted": 0}
-    assert provider_post(client, {"kind": "ping"}, "p-ping").status_code == 409
+    assert provider_post(client, {"kind": "ping"}, "p-ping").json() == DUPLICATE
 
 
 def test_a_body_map_cannot_read_is_400(client, clock):
@@ -456,7 +497,7 @@ def test_a_body_map_cannot_read_is_400(client, clock):
 def test_what_map_returns_is_validated(client, clock, settings):
     settings.WAKES = {
         **settings.WAKES,
-        "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": lambda body, request: {"workspace_id": WS, "event_key": ""}}},
+        "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": lambda delivery: {"workspace_id": WS, "event_key": ""}}},
     }
     response = post(client)
     assert (response.status_code, error(response)) == (400, "bad_request")
@@ -470,6 +511,84 @@ def test_map_may_be_a_callable(client, clock, settings, calls):
     assert post(client, body).json() == {"accepted": 1}
 
 
+def test_map_may_return_several_events_delivered_together(client, clock, settings, calls):
+    def fan_out(delivery: webhooks.Delivery) -> list[dict[str, Any]]:
+        return [{"workspace_id": WS, "event_key": f"ci:{name}:abc"} for name in ("pass", "done")]
+
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": fan_out}}}
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
+    django_wakes.watch(workspace_id=WS, event_key="ci:done:abc", kind=KIND)
+    assert post(client, {"anything": 1}, delivery="fan").json() == {"accepted": 2}
+    assert post(client, {"anything": 1}, delivery="fan").json() == DUPLICATE
+    assert django_wakes.run_due().fired == 2
+
+
+def test_one_bad_event_of_several_delivers_none(client, clock, settings, calls):
+    def half_bad(delivery: webhooks.Delivery) -> list[dict[str, Any]]:
+        return [{"workspace_id": WS, "event_key": "ci:pass:abc"}, {"workspace_id": WS, "event_key": ""}]
+
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": half_bad}}}
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
+    response = post(client, {"anything": 1})
+    assert (response.status_code, error(response)) == (400, "bad_request")
+    assert not WebhookDelivery.objects.exists()
+    assert django_wakes.run_due().fired == 0
+
+
+def test_map_returning_too_many_events_is_400(client, clock, settings):
+    many = [{"workspace_id": WS, "event_key": f"k{i}"} for i in range(webhooks.MAX_EVENTS + 1)]
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": lambda delivery: many}}}
+    assert post(client, {"anything": 1}).status_code == 400
+
+
+def test_an_event_may_be_retained_for_a_later_watch(client, clock, calls):
+    assert post(client, event(retain="10m"), delivery="early").json() == {"accepted": 0}
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND, since="5m")
+    assert django_wakes.run_due().fired == 1
+
+
+# -- WORKSPACE -----------------------------------------------------------------------------------
+
+
+def test_a_pinned_source_fills_in_its_workspace(client, clock, calls):
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
+    body = {"event_key": "ci:pass:abc", "payload": 1}
+    assert post(client, body, url="/wakes/events/pinned/", delivery="pin-1").json() == {"accepted": 1}
+    assert post(client, event(), url="/wakes/events/pinned/", delivery="pin-2").json() == {"accepted": 0}
+
+
+def test_a_pinned_source_refuses_another_workspace_with_403(client, clock, calls):
+    other = django_wakes.watch(workspace_id="someone-else", event_key="ci:pass:abc", kind=KIND)
+    response = post(client, event(workspace_id="someone-else"), url="/wakes/events/pinned/", delivery="pin-x")
+    assert (response.status_code, error(response)) == (403, "wrong_workspace")
+    assert not WebhookDelivery.objects.exists()
+    assert django_wakes.run_due().fired == 0
+    assert Wake.objects.get(pk=other.pk).fire_at is None
+
+
+def test_a_pinned_source_refuses_a_map_naming_another_workspace(client, clock, settings):
+    settings.WAKES = {
+        **settings.WAKES,
+        "WEBHOOKS": {"ci": {"SECRETS": [NEW], "WORKSPACE": WS, "MAP": "tests.test_webhooks.from_provider"}},
+    }
+    body = {"kind": "build", "project": "not-" + WS, "status": "green", "sha": "1", "build": 1}
+    response = post(client, body)
+    assert (response.status_code, error(response)) == (403, "wrong_workspace")
+    body["project"] = WS
+    assert post(client, body).status_code == 200
+
+
+def test_map_sees_the_pinned_workspace(client, clock, settings):
+    seen: list[str | None] = []
+
+    def spy(delivery: webhooks.Delivery) -> None:
+        seen.append(delivery.workspace_id)
+
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": [NEW], "WORKSPACE": "acme", "MAP": spy}}}
+    assert post(client).json() == {"accepted": 0}
+    assert seen == ["acme"]
+
+
 # -- logs ----------------------------------------------------------------------------------------
 
 
@@ -478,7 +597,7 @@ def test_no_secret_is_ever_logged_or_returned(client, clock, caplog, calls):
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     responses = [
         post(client, delivery="log-ok"),
-        post(client, delivery="log-ok"),  # 409
+        post(client, delivery="log-ok"),  # a redelivery
         post(client, secret=OLD, delivery="log-old"),
         post(client, secret="not-the-secret", delivery="log-bad"),
         post(client, timestamp=0, delivery="log-stale"),
@@ -487,14 +606,14 @@ def test_no_secret_is_ever_logged_or_returned(client, clock, caplog, calls):
         post(client, url="/wakes/events/nope/"),
         provider_post(client, {"kind": "build"}, "log-map"),
     ]
-    assert [r.status_code for r in responses] == [200, 409, 200, 401, 401, 400, 413, 404, 400]
+    assert [r.status_code for r in responses] == [200, 200, 200, 401, 401, 400, 413, 404, 400]
     text = caplog.text + "".join(r.content.decode() for r in responses)
     for secret in (NEW, OLD, MAPPED_SECRET):
         assert secret not in text
     assert '"build": 42' not in caplog.text  # nor a body
     outcomes = [r.getMessage() for r in caplog.records if r.name == "django_wakes" and "webhook" in r.getMessage()]
     assert "webhook source=ci delivery=log-ok outcome=accepted watchers=1" in outcomes
-    assert "webhook source=ci delivery=log-ok outcome=replayed" in outcomes
+    assert "webhook source=ci delivery=log-ok outcome=duplicate" in outcomes
     assert "webhook source=ci delivery=- outcome=bad_signature" in outcomes
 
 
@@ -506,37 +625,39 @@ def test_the_source_repr_hides_its_secrets():
 # -- races between processes' worth of requests ---------------------------------------------------
 
 
-def _post_raw(url: str, body: bytes, sent: dict[str, str]) -> int:
+def _post_raw(url: str, body: bytes, sent: dict[str, str]) -> tuple[int, Any]:
     request_headers = {k.removeprefix("HTTP_").replace("_", "-"): v for k, v in sent.items()}
     request = urllib.request.Request(
         url, data=body, method="POST", headers={**request_headers, "Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return int(response.status)
+            return int(response.status), json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), json.loads(exc.read())
 
 
-def test_concurrent_replays_deliver_once(live_server, sinks):
+def test_concurrent_redeliveries_deliver_once(live_server, sinks):
     """Eight threads of the live server race with one delivery id: the unique constraint picks one."""
     calls = sinks(KIND)
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
     body = encode(event())
     sent = headers(body, delivery="raced")
-    statuses: list[int] = []
+    answers: list[tuple[int, Any]] = []
     barrier = threading.Barrier(8)
 
     def send() -> None:
         barrier.wait()
-        statuses.append(_post_raw(live_server.url + URL, body, sent))
+        answers.append(_post_raw(live_server.url + URL, body, sent))
 
     threads = [threading.Thread(target=send) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(statuses) == [200] + [409] * 7
+    assert [status for status, _ in answers] == [200] * 8
+    assert sorted(answer["accepted"] for _, answer in answers) == [0] * 7 + [1]
+    assert sum(answer.get("duplicate", False) for _, answer in answers) == 7
     assert WebhookDelivery.objects.filter(delivery_id="raced").count() == 1
     django_wakes.run_due()
     assert len(calls) == 1
@@ -567,14 +688,14 @@ def test_the_documented_openssl_and_curl_example_works(live_server, settings, si
     assert json.loads(done.stdout) == {"accepted": 1}
     django_wakes.run_due()
     assert calls.results == [{"trigger": "on_event", "event_key": "ci:pass:abc", "payload": {"build": 42}}]
-    # The same delivery id twice: the second is a replay (the watcher took the first event already).
+    # The same delivery id twice: the second is a duplicate, acknowledged and not delivered.
     fixed = script.replace("ID=$(openssl rand -hex 16)", "ID=fixed-id")
     outputs = [
         subprocess.run(["bash", "-euo", "pipefail", "-c", fixed], capture_output=True, text=True, timeout=60).stdout
         for _ in range(2)
     ]
     assert [json.loads(out) for out in outputs][0] == {"accepted": 0}
-    assert json.loads(outputs[1])["error"] == "replayed"
+    assert json.loads(outputs[1]) == DUPLICATE
 
 
 # -- forgetting ----------------------------------------------------------------------------------
@@ -636,6 +757,54 @@ def test_valid_webhooks_pass_the_check(settings):
 )
 def test_bad_webhooks_are_e008(settings, value):
     assert len(e008(settings, value)) >= 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"ci": {"SECRETS": ["ok"], "SCHEME": "svix"}},
+        {"ci": {"SECRETS": ["ok"], "SCHEME": None}},
+        {"ci": {"SECRETS": ["whsec_not base64!"], "SCHEME": "standard-webhooks"}},
+        {"ci": {"SECRETS": ["whsec_"], "SCHEME": "standard-webhooks"}},
+        {"ci": {"SECRETS": ["ok"], "SCHEME": "github"}},
+        {"ci": {"SECRETS": ["ok"], "SCHEME": "stripe"}},
+        {"ci": {"SECRETS": ["ok"], "WORKSPACE": ""}},
+        {"ci": {"SECRETS": ["ok"], "WORKSPACE": 7}},
+        {"ci": {"SECRETS": ["ok"], "WORKSPACE": "x" * 201}},
+    ],
+)
+def test_bad_schemes_secrets_and_workspaces_are_e008(settings, value):
+    assert len(e008(settings, value)) == 1
+
+
+def test_schemes_with_their_secrets_pass_the_check(settings):
+    mapper = "tests.test_webhooks.from_provider"
+    assert (
+        e008(
+            settings,
+            {
+                "a": {"SECRETS": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], "SCHEME": "standard-webhooks"},
+                "b": {"SECRETS": ["It's a Secret to Everybody"], "SCHEME": "github", "MAP": mapper},
+                "c": {"SECRETS": ["whsec_test_secret"], "SCHEME": "stripe", "MAP": mapper, "WORKSPACE": "w1"},
+                "d": {"SECRETS": ["x"], "SCHEME": "wakes", "WORKSPACE": "w1"},
+            },
+        )
+        == []
+    )
+
+
+def w004(settings: Any, webhooks_value: Any) -> list[str]:
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": webhooks_value}
+    return [m.msg for m in check_wakes_settings() if m.id == "django_wakes.W004"]
+
+
+def test_a_source_whose_body_names_the_workspace_is_w004(settings):
+    messages = w004(
+        settings, {"open": {"SECRETS": ["x"]}, "sw": {"SECRETS": ["whsec_AAAA"], "SCHEME": "standard-webhooks"}}
+    )
+    assert len(messages) == 2 and "'open'" in messages[0] and "any workspace" in messages[0]
+    assert w004(settings, {"pinned": {"SECRETS": ["x"], "WORKSPACE": "w1"}}) == []
+    assert w004(settings, {"mapped": {"SECRETS": ["x"], "MAP": from_provider}}) == []
 
 
 def test_e008_never_shows_a_secret(settings):

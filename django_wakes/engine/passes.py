@@ -37,8 +37,10 @@ from .shared import (
     logger,
 )
 
-#: How long gc keeps accepted webhook delivery ids (a replay older than twice the 5-minute tolerance is refused anyway).
-WEBHOOK_IDS_KEPT = "1d"
+#: How long gc keeps accepted webhook delivery ids. A replay is refused by its timestamp after 10 minutes, but a
+#: sender's own retries (a lost 200) come later, re-signed: Stripe's for three days, GitHub's redeliveries for three,
+#: Svix's for over a day; and GitHub signs no timestamp, so its ids are all that refuses a replay.
+WEBHOOK_IDS_KEPT = "30d"
 
 #: How long sinks that returned normally wait to be settled together (seconds).
 SETTLE_WINDOW = 0.05

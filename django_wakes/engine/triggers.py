@@ -69,7 +69,8 @@ def _deliver(using: str, workspace: str, event: str, body: Any, keep: timedelta 
     return accepted
 
 
-def _actor_name(actor: Any) -> str:
+def actor_name(actor: Any) -> str:
+    """The name an answer records as ``resolved_by``: the user's username, else ``str(actor)``."""
     get_username = getattr(actor, "get_username", None)
     return str(get_username() if callable(get_username) else actor)
 
@@ -82,7 +83,7 @@ def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
     ):
         expired = wake.expires_at.isoformat() if wake.expires_at else "?"
         return ApprovalExpired(f"approval {wake.pk} expired at {expired}")
-    return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled")
+    return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled", wake)
 
 
 def open_approval(token_hash: str | None, actor: Any) -> Wake:
@@ -103,7 +104,7 @@ def open_approval(token_hash: str | None, actor: Any) -> Wake:
     if authorize is None:
         raise ApprovalDenied("no WAKES['AUTHORIZE'] hook is configured, so no one may resolve approvals")
     if not authorize(actor, wake.workspace_id):
-        raise ApprovalDenied(f"{_actor_name(actor)!r} may not resolve approvals in this workspace")
+        raise ApprovalDenied(f"{actor_name(actor)!r} may not resolve approvals in this workspace")
     now = clock.now()
     if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
         return wake
@@ -124,7 +125,7 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
 def resolve_hashed(token_hash: str | None, answer: Any, actor: Any) -> Wake:
     """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
     answer = json_value(answer, name="answer")
-    resolved_by = json_value(_actor_name(actor), name="actor")
+    resolved_by = json_value(actor_name(actor), name="actor")
     wake = open_approval(token_hash, actor)
     using = db_alias()
     now = clock.now()

@@ -10,6 +10,11 @@ post is CSRF-protected like any session-authenticated post. With ``WAKES["API_AU
 bearer token header: never the session cookie), and the view is then CSRF-exempt, as a bot has no
 CSRF token. ``WAKES["AUTHORIZE"]`` still decides whether that actor may answer the approval.
 
+Clients retry: a response lost on the way makes a bot post the same answer again. The same answer
+by the same actor is therefore answered 200 again, with the recorded answer and ``"duplicate": true``;
+a different answer (or another actor's) is a 409 that says what was recorded, so the client can tell
+its user. Every 401 carries a ``WWW-Authenticate`` challenge, as RFC 9110 requires.
+
 The token travels in the body only, so it is in no URL, and Django's request logger (which logs the
 path) never sees it; nothing here logs a body. The helpers for JSON requests and responses
 (:mod:`.json_http`) are shared with :mod:`django_wakes.web.webhooks`.
@@ -28,6 +33,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from .. import engine
 from ..conf import wakes_settings
+from ..engine.triggers import actor_name
 from ..exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
@@ -36,6 +42,7 @@ from ..exceptions import (
     ApprovalNotFound,
     WakeError,
 )
+from ..models import State, Wake
 from .forms import COMMENT_MAX_CHARS
 from .json_http import (
     BadRequest,
@@ -62,6 +69,47 @@ REFUSALS: dict[type[ApprovalError], tuple[int, str, str]] = {
 }
 
 ANSWER_FIELDS = {"token", "approved", "comment"}
+
+#: The 401 challenges: log in (the session), or the credentials ``WAKES["API_AUTH"]`` checks (a bearer key).
+SESSION_CHALLENGE = 'Session realm="django-wakes"'
+API_AUTH_CHALLENGE = 'Bearer realm="django-wakes"'
+
+
+def _unauthorized(detail: str, challenge: str) -> JsonResponse:
+    response = json_error(401, "unauthorized", detail)
+    response.headers["WWW-Authenticate"] = challenge
+    return response
+
+
+def _recorded(wake: Wake) -> dict[str, Any] | None:
+    """What an answered approval recorded: ``{"approved", "comment", "by", "defaulted"}``, or ``None`` (cancelled)."""
+    result = wake.result or {}
+    answer = result.get("answer")
+    if not isinstance(answer, dict):
+        return None
+    return {
+        "approved": answer.get("approved"),
+        "comment": answer.get("comment", ""),
+        "by": result.get("resolved_by"),
+        "defaulted": bool(result.get("defaulted")),
+    }
+
+
+def _already_resolved(exc: ApprovalAlreadyResolved, answer: dict[str, Any], actor: Any) -> JsonResponse:
+    """200 for the same answer by the same actor again (a retry); else 409 with what was recorded."""
+    wake = exc.wake if isinstance(exc.wake, Wake) else None
+    recorded = None if wake is None else _recorded(wake)
+    if wake is None or recorded is None:
+        cancelled = wake is not None and wake.state == State.CANCELLED
+        detail = "This approval was cancelled." if cancelled else REFUSALS[ApprovalAlreadyResolved][2]
+        return json_error(409, "already_answered", detail)
+    same = {"approved": recorded["approved"], "comment": recorded["comment"]} == answer
+    if same and not recorded["defaulted"] and recorded["by"] == actor_name(actor):
+        return JsonResponse({"wake": wake.pk, "approved": recorded["approved"], "duplicate": True})
+    verdict = "approved" if recorded["approved"] else "rejected"
+    by = "by default on expiry" if recorded["defaulted"] else f"by {recorded['by']}"
+    detail = f"This approval was already answered: {verdict} {by}."
+    return JsonResponse({"error": "already_answered", "detail": detail, "recorded": recorded}, status=409)
 
 
 @sensitive_variables("data", "token")
@@ -95,6 +143,8 @@ def _answer(request: HttpRequest, actor: Any) -> JsonResponse:
         wake = engine.resolve(token, answer, actor)
     except BadRequest as exc:
         return refusal(exc)
+    except ApprovalAlreadyResolved as exc:
+        return _already_resolved(exc, answer, actor)
     except ApprovalError as exc:
         status, code, detail = next(v for k, v in REFUSALS.items() if isinstance(exc, k))
         return json_error(status, code, detail)
@@ -113,7 +163,7 @@ def _answer(request: HttpRequest, actor: Any) -> JsonResponse:
 def _session_answer(request: HttpRequest) -> HttpResponseBase:
     """Answer as the session user, under ordinary ``csrf_protect``; 401 when anonymous, 403 on a CSRF failure."""
     if not request.user.is_authenticated:
-        return json_error(401, "unauthorized", "Log in first.")
+        return _unauthorized("Log in first.", SESSION_CHALLENGE)
     reached: list[bool] = []
 
     @csrf_protect
@@ -143,5 +193,5 @@ def approval_api(request: HttpRequest) -> HttpResponseBase:
         return _session_answer(request)
     actor = authenticate(request)
     if actor is None:
-        return json_error(401, "unauthorized", "Not authenticated.")
+        return _unauthorized("Not authenticated.", API_AUTH_CHALLENGE)
     return _answer(request, actor)

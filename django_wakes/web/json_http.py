@@ -7,17 +7,19 @@ code and a person can read the message; bodies are read to at most one byte past
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
 
 class BadRequest(Exception):
-    """A JSON request to refuse: ``status``, a stable ``code`` and a message for the caller."""
+    """A JSON request to refuse: ``status``, a stable ``code``, a message for the caller and any headers to send."""
 
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(self, status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
+        self.headers = dict(headers or {})
 
 
 def json_error(status: int, code: str, detail: str, **headers: str) -> JsonResponse:
@@ -29,7 +31,10 @@ def json_error(status: int, code: str, detail: str, **headers: str) -> JsonRespo
 
 
 def refusal(exc: BadRequest) -> JsonResponse:
-    return json_error(exc.status, exc.code, exc.detail)
+    response = json_error(exc.status, exc.code, exc.detail)
+    for name, value in exc.headers.items():
+        response.headers[name] = value
+    return response
 
 
 def method_not_allowed() -> JsonResponse:

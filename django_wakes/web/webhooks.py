@@ -1,40 +1,37 @@
-"""The signed event webhook: ``POST events/<source>/`` delivers an event to its watchers.
+"""The signed event webhook: ``POST events/<source>/`` delivers a sender's events to their watchers.
 
 Opt-in per source in ``WAKES["WEBHOOKS"]``::
 
     "WEBHOOKS": {
         "ci": {
             "SECRETS": ["s3cr3t-new", "s3cr3t-old"],  # any one may sign: list two while rotating
+            "SCHEME": "wakes",                         # or "standard-webhooks", "github", "stripe"
+            "WORKSPACE": "acme",                       # optional: every event of this source is acme's
+            "MAP": "myapp.hooks.from_ci",              # optional fn(delivery) -> event | [events] | None
             "MAX_BYTES": 65536,                        # optional, default DEFAULT_MAX_BYTES
-            "MAP": "myapp.hooks.from_ci",              # optional fn(payload_dict, request) -> event
         },
     }
 
-A request carries three headers and a JSON body ``{"workspace_id", "event_key", "payload"}``::
+How a scheme signs is in :mod:`django_wakes.web.webhook_schemes` (one module each). Whatever the
+scheme, a request is judged in this order, and the first refusal is the answer: an unknown source
+404, anything but POST 405, a body over ``MAX_BYTES`` 413, a missing or wrong signature or a stale
+timestamp 401 (so a sender using the wrong scheme is told about its signature, not its body), then a
+body that is not JSON, a missing or malformed delivery id, or an event that is not valid 400, and an
+event for another workspace than the source's ``WORKSPACE`` 403. Then 200 ``{"accepted": N}``.
 
-    X-Wakes-Timestamp: 1767225600                  # unix seconds, within TOLERANCE of the server's clock
-    X-Wakes-Delivery: 5f0c6a2e-...                 # unique per delivery: letters, digits, "_", "-", ":"
-    X-Wakes-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.{delivery_id}.".encode() + body)>
-
-The delivery id is signed with the timestamp and the body, so a captured request cannot be replayed
-under a fresh id. The view answers in JSON: 200 ``{"accepted": N}``, 400 a bad body or delivery id,
-401 a missing or wrong signature or a timestamp outside the tolerance, 404 an unknown source, 405 not
-POST, 409 a delivery id already accepted, 413 a body over ``MAX_BYTES``.
-
-The accepted delivery id is inserted (:class:`~django_wakes.models.WebhookDelivery`, unique per
-source) in the transaction that delivers the event: the unique constraint refuses a replay in any
-process, and a delivery that failed leaves no row, so the sender can retry it. Secrets are compared
-with :func:`hmac.compare_digest`, never logged and never put in a message; logs say the source, the
-delivery id and the outcome.
+A delivery id already accepted is answered 200 ``{"accepted": 0, "duplicate": true}``, with nothing
+delivered again: every sender retries what it did not see acknowledged (Stripe for three days, Svix
+for a day, GitHub when asked to), and a 4xx would only make it retry again. The id is inserted
+(:class:`~django_wakes.models.WebhookDelivery`, unique per source) in the transaction that delivers
+the events, so the unique constraint decides between processes racing with one id, and a delivery
+that failed leaves no row and can be retried. Secrets are compared with :func:`hmac.compare_digest`,
+never logged and never put in a message; logs say the source, the delivery id and the outcome.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +46,8 @@ from .. import clock
 from ..conf import wakes_settings
 from ..engine.shared import db_alias
 from ..engine.triggers import deliver_event
-from ..events import WEBHOOK_TOLERANCE
 from ..exceptions import InvalidWake, WakeError
-from ..models import KEY_LENGTH, WebhookDelivery
+from ..models import WebhookDelivery
 from .json_http import (
     BadRequest,
     json_error,
@@ -61,15 +57,24 @@ from .json_http import (
     refusal,
     refuse_unknown_fields,
 )
+from .webhook_schemes import DEFAULT_SCHEME, SCHEMES, TOLERANCE, Scheme, Unauthorized
+from .webhook_schemes.wakes import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, signed_text
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DELIVERY_HEADER",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "TOLERANCE",
+    "Delivery",
+    "Source",
+    "event_webhook",
+    "get_source",
+    "sign",
+    "signed_text",
+]
 
 logger = logging.getLogger("django_wakes")
-
-TIMESTAMP_HEADER = "X-Wakes-Timestamp"
-DELIVERY_HEADER = "X-Wakes-Delivery"
-SIGNATURE_HEADER = "X-Wakes-Signature"
-
-#: How far ``X-Wakes-Timestamp`` may be from the server's clock, either way.
-TOLERANCE = WEBHOOK_TOLERANCE
 
 #: ``MAX_BYTES`` of a source that sets none.
 DEFAULT_MAX_BYTES = 256 * 1024
@@ -78,15 +83,39 @@ DEFAULT_MAX_BYTES = 256 * 1024
 SOURCE_MAX_LENGTH = WebhookDelivery._meta.get_field("source").max_length or 100
 
 #: The keys a source's settings may have.
-SOURCE_KEYS = {"SECRETS", "MAX_BYTES", "MAP"}
+SOURCE_KEYS = {"SECRETS", "SCHEME", "WORKSPACE", "MAP", "MAX_BYTES"}
 
 #: The fields of an event, in the body or returned by ``MAP``.
-EVENT_FIELDS = {"workspace_id", "event_key", "payload"}
+EVENT_FIELDS = {"workspace_id", "event_key", "payload", "retain"}
 
-#: A delivery id: no "." (the separator of the signed text), nothing a log line or a column would mangle.
-_DELIVERY_ID = re.compile(rf"[A-Za-z0-9_:-]{{1,{KEY_LENGTH}}}")
-_TIMESTAMP = re.compile(r"[0-9]{1,12}")
-_SIGNATURE = re.compile(r"sha256=([0-9a-fA-F]{64})")
+#: The most events one delivery may carry (``MAP`` returning a list).
+MAX_EVENTS = 100
+
+#: The ``WWW-Authenticate`` challenge of a 401 (RFC 9110 requires one): sign the request, as the source's scheme says.
+CHALLENGE = 'Signature realm="django-wakes", header="{header}"'
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A verified request, as ``MAP`` receives it.
+
+    ``body`` is the parsed JSON object; ``id`` the delivery id (``X-Wakes-Delivery``, ``webhook-id``,
+    ``X-GitHub-Delivery`` or the Stripe event's ``id``); ``event_type`` the sender's name for the
+    event when it has one (GitHub's ``X-GitHub-Event``, the ``type`` of a Stripe or Standard Webhooks
+    event); ``headers`` the request's headers (case-insensitive); ``workspace_id`` the source's
+    ``WORKSPACE``, if it pins one.
+    """
+
+    source: str
+    scheme: str
+    id: str
+    body: dict[str, Any]
+    event_type: str | None
+    headers: Mapping[str, str] = field(repr=False)
+    workspace_id: str | None = None
+
+
+Mapper = Callable[[Delivery], "Mapping[str, Any] | Sequence[Mapping[str, Any]] | None"]
 
 
 @dataclass(frozen=True)
@@ -96,113 +125,118 @@ class Source:
     name: str
     secrets: tuple[str, ...] = field(repr=False)
     max_bytes: int = DEFAULT_MAX_BYTES
-    map: Callable[[dict[str, Any], HttpRequest], Mapping[str, Any] | None] | None = None
+    map: Mapper | None = None
+    scheme: Scheme = SCHEMES[DEFAULT_SCHEME]
+    workspace_id: str | None = None
 
 
 def get_source(name: str) -> Source | None:
-    """Return the webhook source ``name`` from ``WAKES["WEBHOOKS"]``, or ``None`` if it has no secret."""
+    """Return the webhook source ``name`` from ``WAKES["WEBHOOKS"]``, or ``None`` if it has no secret or scheme."""
     config = wakes_settings.webhooks.get(name)
     if not isinstance(config, Mapping):
         return None
     secrets = tuple(s for s in config.get("SECRETS") or () if isinstance(s, str) and s)
-    if not secrets:
+    scheme = SCHEMES.get(config.get("SCHEME") or DEFAULT_SCHEME)
+    if not secrets or scheme is None:
         return None
     mapper = config.get("MAP")
     if isinstance(mapper, str):
         mapper = import_string(mapper)
-    return Source(name, secrets, int(config.get("MAX_BYTES") or DEFAULT_MAX_BYTES), mapper)
+    workspace = config.get("WORKSPACE")
+    return Source(
+        name,
+        secrets,
+        int(config.get("MAX_BYTES") or DEFAULT_MAX_BYTES),
+        mapper,
+        scheme,
+        workspace if isinstance(workspace, str) and workspace else None,
+    )
 
 
-def signed_text(timestamp: str, delivery_id: str, body: bytes) -> bytes:
-    """Return what a signature signs: ``f"{timestamp}.{delivery_id}.".encode() + body``."""
-    return f"{timestamp}.{delivery_id}.".encode() + body
+@sensitive_variables("source")
+def verify(source: Source, request: HttpRequest, body: bytes) -> None:
+    """Raise a 401 :class:`~.json_http.BadRequest` unless one of the source's secrets signed the request, in time."""
+    try:
+        source.scheme.verify(source.secrets, request.headers, body, clock.now().timestamp())
+    except Unauthorized as exc:
+        challenge = CHALLENGE.format(header=source.scheme.signature_header)
+        raise BadRequest(401, exc.code, exc.detail, headers={"WWW-Authenticate": challenge}) from None
 
 
-@sensitive_variables("secret")
-def sign(secret: str, timestamp: str, delivery_id: str, body: bytes) -> str:
-    """Return the ``X-Wakes-Signature`` value for a request (what a sender written in Python computes)."""
-    digest = hmac.new(secret.encode(), signed_text(timestamp, delivery_id, body), hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
-
-
-@sensitive_variables("source", "secret")
-def verify(source: Source, request: HttpRequest, body: bytes) -> str:
-    """Return the request's delivery id if it is signed by one of the source's secrets, in time; else raise.
-
-    Raise :class:`~django_wakes.web.approval_api.BadRequest`: 400 for a missing or malformed delivery id, 401 for
-    a missing, malformed or wrong signature or timestamp, or a timestamp outside :data:`TOLERANCE`.
-    Every secret is compared, each with :func:`hmac.compare_digest`.
-    """
-    delivery_id = request.headers.get(DELIVERY_HEADER, "")
-    if not _DELIVERY_ID.fullmatch(delivery_id):
-        raise BadRequest(
-            400,
-            "bad_delivery_id",
-            f"{DELIVERY_HEADER} must be 1 to {KEY_LENGTH} letters, digits, '_', '-' or ':'.",
-        )
-    timestamp = request.headers.get(TIMESTAMP_HEADER, "")
-    given = _SIGNATURE.fullmatch(request.headers.get(SIGNATURE_HEADER, ""))
-    if not _TIMESTAMP.fullmatch(timestamp) or given is None:
-        raise BadRequest(
-            401,
-            "unauthorized",
-            f"Send {TIMESTAMP_HEADER} (unix seconds) and {SIGNATURE_HEADER}: sha256=<hex HMAC-SHA256>.",
-        )
-    text = signed_text(timestamp, delivery_id, body)
-    expected = given.group(1).lower().encode()
-    matches = [
-        hmac.compare_digest(hmac.new(secret.encode(), text, hashlib.sha256).hexdigest().encode(), expected)
-        for secret in source.secrets
-    ]
-    if not any(matches):
-        raise BadRequest(401, "bad_signature", "The signature does not match.")
-    if abs(clock.now().timestamp() - int(timestamp)) > TOLERANCE.total_seconds():
-        raise BadRequest(
-            401,
-            "stale_timestamp",
-            f"{TIMESTAMP_HEADER} is more than {TOLERANCE.seconds} seconds from the server's clock.",
-        )
-    return delivery_id
-
-
-def event_of(source: Source, request: HttpRequest, body: bytes) -> dict[str, Any] | None:
-    """Return the event ``{"workspace_id", "event_key", "payload"}`` the body holds, or ``None`` (MAP ignored it)."""
+def read_delivery(source: Source, request: HttpRequest, body: bytes) -> Delivery:
+    """Return the verified request as a :class:`Delivery`; raise a 400 for a body not JSON or a bad delivery id."""
     data = parse_object(body)
+    delivery_id = source.scheme.delivery_id(request.headers, data)
+    if not isinstance(delivery_id, str) or not source.scheme.delivery_id_pattern.fullmatch(delivery_id):
+        hint = source.scheme.delivery_id_hint
+        raise BadRequest(400, "bad_delivery_id", f"The delivery id is missing or malformed: {hint}.")
+    kind = source.scheme.event_type(request.headers, data)
+    return Delivery(
+        source=source.name,
+        scheme=source.scheme.name,
+        id=delivery_id,
+        body=data,
+        event_type=kind if isinstance(kind, str) else None,
+        headers=request.headers,
+        workspace_id=source.workspace_id,
+    )
+
+
+def _event(source: Source, given: Any) -> dict[str, Any]:
+    """One event of a delivery, its fields checked and its workspace the source's (403 if it names another)."""
+    if not isinstance(given, Mapping):
+        raise BadRequest(400, "bad_request", "MAP did not return an event (a dict), a list of them or None.")
+    data = dict(given)
+    refuse_unknown_fields(data, EVENT_FIELDS)
+    workspace = data.get("workspace_id")
+    if source.workspace_id is not None:
+        if workspace is None:
+            workspace = source.workspace_id
+        elif workspace != source.workspace_id:
+            raise BadRequest(403, "wrong_workspace", "This source may deliver events to its own workspace only.")
+    event = {"workspace_id": workspace, "event_key": data.get("event_key"), "payload": data.get("payload")}
+    if data.get("retain") is not None:
+        event["retain"] = data["retain"]
+    return event
+
+
+def events_of(source: Source, delivery: Delivery) -> list[dict[str, Any]]:
+    """Return the events a delivery carries: its body, or what ``MAP`` makes of it (``[]`` when it returns None)."""
+    given: Any = delivery.body
     if source.map is not None:
         try:
-            mapped = source.map(data, request)
+            given = source.map(delivery)
         except (InvalidWake, ValueError, LookupError, TypeError) as exc:
             logger.warning("webhook source=%s MAP refused the body: %s", source.name, type(exc).__name__)
             raise BadRequest(400, "bad_request", "The body is not an event this source maps.") from None
-        if mapped is None:
-            return None
-        if not isinstance(mapped, Mapping):
-            raise BadRequest(400, "bad_request", "MAP did not return an event.")
-        data = dict(mapped)
-    refuse_unknown_fields(data, EVENT_FIELDS)
-    return {
-        "workspace_id": data.get("workspace_id"),
-        "event_key": data.get("event_key"),
-        "payload": data.get("payload"),
-    }
+        if given is None:
+            return []
+    many = isinstance(given, list | tuple)
+    if many and len(given) > MAX_EVENTS:
+        raise BadRequest(400, "bad_request", f"MAP returned {len(given)} events; at most {MAX_EVENTS}.")
+    return [_event(source, item) for item in (given if many else [given])]
 
 
-def accept(source: Source, delivery_id: str, event: dict[str, Any] | None) -> int:
-    """Record the delivery and deliver its event in one transaction; return how many watchers accepted.
+class Duplicate(Exception):
+    """The delivery id was accepted before: nothing was delivered this time."""
 
-    Raise a 409 :class:`~django_wakes.web.approval_api.BadRequest` if the delivery id was accepted before (the
-    unique constraint decides, even between processes racing with the same id), and a 400 one if
-    the event is not valid; neither leaves a row behind.
+
+def accept(source: Source, delivery_id: str, events: Sequence[dict[str, Any]]) -> int:
+    """Record the delivery and deliver its events in one transaction; return how many watchers accepted.
+
+    Raise :class:`Duplicate` if the delivery id was accepted before (the unique constraint decides,
+    even between processes racing with the same id), and a 400 :class:`~.json_http.BadRequest` if an
+    event is not valid; neither leaves a row behind.
     """
-    using = db_alias()  # the wakes' database: the delivery row commits or rolls back with the event
+    using = db_alias()  # the wakes' database: the delivery row commits or rolls back with the events
     try:
         with transaction.atomic(using=using):
             WebhookDelivery.objects.using(using).create(
                 source=source.name, delivery_id=delivery_id, received_at=clock.now()
             )
-            return 0 if event is None else deliver_event(**event)
+            return sum(deliver_event(**event) for event in events)
     except IntegrityError:
-        raise BadRequest(409, "replayed", f"Delivery {delivery_id} was already accepted.") from None
+        raise Duplicate(delivery_id) from None
     except WakeError as exc:  # the package's validation (InvalidWake, InvalidIntent): nothing was written
         raise BadRequest(400, "bad_request", str(exc)) from None
 
@@ -210,19 +244,24 @@ def accept(source: Source, delivery_id: str, event: dict[str, Any] | None) -> in
 @csrf_exempt  # authenticated by its signature, not by a session
 @never_cache
 def event_webhook(request: HttpRequest, source: str) -> HttpResponseBase:
-    """Deliver the event of a signed request from a configured source; answer in JSON (see the module)."""
-    if request.method != "POST":
-        return method_not_allowed()
+    """Deliver the events of a signed request from a configured source; answer in JSON (see the module)."""
     config = get_source(source)
     if config is None:
         return json_error(404, "not_found", "Not found.")
+    if request.method != "POST":
+        return method_not_allowed()
     delivery_id = "-"
     try:
         body = read_body(request, config.max_bytes)
-        delivery_id = verify(config, request, body)
-        accepted = accept(config, delivery_id, event_of(config, request, body))
+        verify(config, request, body)
+        delivery = read_delivery(config, request, body)
+        delivery_id = delivery.id
+        accepted = accept(config, delivery_id, events_of(config, delivery))
     except BadRequest as exc:
         logger.warning("webhook source=%s delivery=%s outcome=%s", config.name, delivery_id, exc.code)
         return refusal(exc)
+    except Duplicate:
+        logger.info("webhook source=%s delivery=%s outcome=duplicate", config.name, delivery_id)
+        return JsonResponse({"accepted": 0, "duplicate": True})
     logger.info("webhook source=%s delivery=%s outcome=accepted watchers=%s", config.name, delivery_id, accepted)
     return JsonResponse({"accepted": accepted})
