@@ -680,7 +680,7 @@ def test_the_documented_openssl_and_curl_example_works(live_server, settings, si
     calls = sinks(KIND)
     settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": ["s3cr3t-new", "s3cr3t-old"]}}}
     django_wakes.watch(workspace_id="w1", event_key="ci:pass:abc", kind=KIND)
-    script = documented_snippet("### Sending one with `openssl` and `curl`")
+    script = documented_snippet("### Our own scheme: `wakes`")
     assert "http://localhost:8000" in script
     script = script.replace("http://localhost:8000", live_server.url)
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
