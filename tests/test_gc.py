@@ -104,12 +104,16 @@ def test_gc_rejects_a_bad_duration(clock):
 
 
 @pytest.mark.django_db
-def test_gc_forgets_webhook_delivery_ids_older_than_a_day():
+def test_gc_forgets_webhook_delivery_ids_older_than_30_days():
+    """Not sooner: senders retry a delivery whose 200 was lost for days (Stripe: 3); GitHub's id is its only guard."""
     from django_wakes.models import WebhookDelivery
 
     with fake_clock(datetime(2030, 1, 1, tzinfo=UTC)) as clock:
         WebhookDelivery.objects.create(source="ci", delivery_id="old", received_at=clock.now())
-        clock.advance("1d")
+        clock.advance("3d")
+        django_wakes.gc()
+        assert WebhookDelivery.objects.count() == 1  # a Stripe retry on day three is still a duplicate
+        clock.advance("27d")
         clock.advance("1s")
         WebhookDelivery.objects.create(source="ci", delivery_id="new", received_at=clock.now())
         django_wakes.gc()

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.views.decorators.debug import sensitive_variables
 
-from . import Scheme, Unauthorized, any_matches
+from .base import Scheme, Unauthorized, any_matches
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 DELIVERY_HEADER = "X-GitHub-Delivery"

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.views.decorators.debug import sensitive_variables
 
-from . import UNIX_SECONDS, Scheme, Unauthorized, any_matches, check_timestamp
+from .base import UNIX_SECONDS, Scheme, Unauthorized, any_matches, check_timestamp
 
 SIGNATURE_HEADER = "Stripe-Signature"
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.views.decorators.debug import sensitive_variables
 
 from ...models import KEY_LENGTH
-from . import UNIX_SECONDS, Scheme, Unauthorized, any_matches, check_timestamp
+from .base import UNIX_SECONDS, Scheme, Unauthorized, any_matches, check_timestamp
 
 TIMESTAMP_HEADER = "X-Wakes-Timestamp"
 DELIVERY_HEADER = "X-Wakes-Delivery"
