@@ -81,6 +81,9 @@ def forget_deliveries(older_than: Duration, *, batch: int = 1000) -> int:
     A delivery's timestamp was within :data:`~django_wakes.events.WEBHOOK_TOLERANCE` of its arrival and a
     replay must be within it too, so an id older than twice the tolerance can never be replayed
     successfully: a shorter ``older_than`` raises :class:`~django_wakes.exceptions.InvalidDuration`.
+    Two things still want ids kept longer (gc keeps them 30 days): a sender's own retry of a delivery
+    whose 200 was lost comes re-signed, days later, and must be answered as a duplicate; and GitHub
+    signs no timestamp, so a forgotten GitHub id lets a captured request verify again.
     """
     keep = parse_duration(older_than, name="older_than")
     if keep < 2 * WEBHOOK_TOLERANCE:
