@@ -432,6 +432,15 @@ def test_a_wrong_signature_is_401_for_every_scheme():
     assert [(r.status_code, error(r)) for r in responses] == [(401, "bad_signature")] * 7
 
 
+def test_svix_header_names_are_read_when_the_webhook_ones_are_absent(calls):
+    django_wakes.watch(workspace_id=WS, event_key="invoice.paid:inv_1", kind=KIND)
+    signed = standard_webhooks_headers(SW_BODY, message_id="msg_svix")
+    svix = {name.replace("webhook-", "svix-"): value for name, value in signed.items()}
+    assert post("platform", SW_BODY.encode(), svix).json() == {"accepted": 1}
+    assert post("platform", SW_BODY.encode(), signed).json() == DUPLICATE  # the same id under either name
+    assert WebhookDelivery.objects.get().delivery_id == "msg_svix"
+
+
 def test_stripes_secret_is_used_as_text_and_standard_webhooks_as_base64():
     """Each scheme's secret encoding: a sender of one scheme signing as the other is refused."""
     body = SW_BODY

@@ -10,7 +10,9 @@ The secret is ``whsec_`` followed by the base64 of the key (the prefix is option
 decoded bytes, not the text). The header may hold several space-separated signatures (the sender
 signs with each of its secrets while it rotates them); any ``v1`` one that matches will do, and the
 other versions (``v1a``, asymmetric) are ignored. The event type, when the body follows the
-specification's ``{"type", "timestamp", "data"}`` shape, is its ``type``.
+specification's ``{"type", "timestamp", "data"}`` shape, is its ``type``. Svix sends the same three
+values as ``svix-id``, ``svix-timestamp`` and ``svix-signature``; those are read when the ``webhook-*``
+ones are absent, as Svix's own libraries do.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from .base import UNIX_SECONDS, Scheme, Unauthorized, any_matches, check_timesta
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
 SIGNATURE_HEADER = "webhook-signature"
+#: Svix's names for the same headers, read when a ``webhook-*`` one is absent.
+SVIX_HEADERS = {ID_HEADER: "svix-id", TIMESTAMP_HEADER: "svix-timestamp", SIGNATURE_HEADER: "svix-signature"}
 SECRET_PREFIX = "whsec_"  # noqa: S105  # the prefix, not a secret
 
 
@@ -54,6 +58,11 @@ def secret_problem(secret: str) -> str | None:
     return None
 
 
+def header(headers: Mapping[str, str], name: str) -> str:
+    """The ``webhook-*`` header ``name``, or its ``svix-*`` twin when it is absent (``""`` if neither is there)."""
+    return headers.get(name) or headers.get(SVIX_HEADERS[name]) or ""
+
+
 def signed_text(message_id: str, timestamp: int, body: bytes) -> bytes:
     return f"{message_id}.{timestamp}.".encode() + body
 
@@ -75,14 +84,14 @@ def _signatures(header: str) -> list[bytes]:
 @sensitive_variables("secrets", "keys")
 def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, now: float) -> None:
     """Raise :class:`Unauthorized` unless one of ``secrets`` signed this message id, timestamp and body, in time."""
-    timestamp = headers.get(TIMESTAMP_HEADER, "")
-    given = _signatures(headers.get(SIGNATURE_HEADER, ""))
+    timestamp = header(headers, TIMESTAMP_HEADER)
+    given = _signatures(header(headers, SIGNATURE_HEADER))
     if not UNIX_SECONDS.fullmatch(timestamp) or not given:
         raise Unauthorized(
             "unauthorized",
             f"Send {ID_HEADER}, {TIMESTAMP_HEADER} (unix seconds) and {SIGNATURE_HEADER}: v1,<base64 HMAC-SHA256>.",
         )
-    text = signed_text(headers.get(ID_HEADER, ""), int(timestamp), body)
+    text = signed_text(header(headers, ID_HEADER), int(timestamp), body)
     keys = []
     for secret in secrets:
         try:
@@ -95,7 +104,7 @@ def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, now:
 
 
 def delivery_id(headers: Mapping[str, str], body: dict[str, Any]) -> str:
-    return headers.get(ID_HEADER, "")
+    return header(headers, ID_HEADER)
 
 
 def event_type(headers: Mapping[str, str], body: dict[str, Any]) -> str | None:
