@@ -432,6 +432,19 @@ def test_a_wrong_signature_is_401_for_every_scheme():
     assert [(r.status_code, error(r)) for r in responses] == [(401, "bad_signature")] * 7
 
 
+def test_several_standard_webhooks_signatures_in_one_header_any_v1_may_match(calls):
+    """A sender rotating its secret signs with each; other versions (v1a, asymmetric) are skipped."""
+    django_wakes.watch(workspace_id=WS, event_key="invoice.paid:inv_1", kind=KIND)
+    other_key = "whsec_" + base64.b64encode(b"a key this source never had").decode()
+    signed = standard_webhooks_headers(SW_BODY, message_id="msg_multi")
+    wrong = standard_webhooks_headers(SW_BODY, message_id="msg_multi", secret=other_key)["webhook-signature"]
+    several = f"{wrong} v1a,{base64.b64encode(b'x' * 64).decode()} {signed['webhook-signature']}"
+    assert standardwebhooks.Webhook(SW_SECRET).verify(SW_BODY.encode(), {**signed, "webhook-signature": several})
+    assert post("platform", SW_BODY.encode(), {**signed, "webhook-signature": several}).json() == {"accepted": 1}
+    only_wrong = {**signed, "webhook-id": "msg_multi_2", "webhook-signature": f"{wrong} v1a,AAAA"}
+    assert post("platform", SW_BODY.encode(), only_wrong).status_code == 401
+
+
 def test_svix_header_names_are_read_when_the_webhook_ones_are_absent(calls):
     django_wakes.watch(workspace_id=WS, event_key="invoice.paid:inv_1", kind=KIND)
     signed = standard_webhooks_headers(SW_BODY, message_id="msg_svix")
