@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 from datetime import timedelta
 from io import StringIO
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from django_wakes import clock, schedule
@@ -23,7 +25,7 @@ from django_wakes.management.commands.wakes import Command as WakesCommand
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.models import Runner as RunnerRow
 from tests.factories import WakeAttemptFactory, WakeFactory
-from tests.processes import Procs
+from tests.processes import Procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,6 +86,65 @@ def test_once_as_a_process_exit_status_says_whether_anything_failed(procs: Procs
     assert failing.returncode == 1, failing.stderr
     assert "1 wake(s) failed" in failing.stderr
     assert WakeAttempt.objects.get(wake_id=bad.pk).outcome == Outcome.FAILED
+
+
+def test_once_logs_one_summary_line(sinks, caplog):
+    sinks("c.ok")
+    sinks("c.fail", RuntimeError("nope"))
+    for kind in ("c.ok", "c.ok", "c.fail"):
+        schedule(workspace_id=WS, delay="0s", kind=kind)
+    later = schedule(workspace_id=WS, delay="1h", kind="c.ok")
+
+    with caplog.at_level(logging.INFO, logger="django_wakes"), pytest.raises(CommandError):
+        call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
+
+    (line,) = [r.getMessage() for r in caplog.records if "one pass (--once)" in r.getMessage()]
+    assert re.match(r"runner \S+:\d+:\w+, one pass \(--once\): claimed=3 fired=2 expired=0 failed=1 dead=0 ", line)
+    retry = Wake.objects.get(kind="c.fail").due_at  # the failed wake's retry comes before the later wake
+    assert retry < Wake.objects.get(pk=later.pk).due_at
+    assert line.endswith(f"next_due={retry.isoformat()}"), line
+
+
+def test_once_with_nothing_due_still_logs_its_summary(caplog):
+    with caplog.at_level(logging.INFO, logger="django_wakes"):
+        call_command("runwakes", "--once", stdout=StringIO(), stderr=StringIO())
+    (line,) = [r.getMessage() for r in caplog.records if "one pass (--once)" in r.getMessage()]
+    assert "claimed=0 fired=0" in line and line.endswith("next_due=-")
+
+
+def test_runwakes_logs_one_start_up_line(procs: Procs):
+    """Runner id, kinds, queues, lanes, push or poll, lease: what an operator checks first."""
+    runner = procs.runner(
+        "starting",
+        "--queues",
+        "default,emails",
+        "--lanes",
+        "user:1",
+        "--lease",
+        "7s",
+        "--interval",
+        "0.5",
+        "--concurrency",
+        "2",
+        "--no-listen",
+    )
+    wait_for(lambda: "starting:" in procs.log(runner) or procs.alive(runner), timeout=60, what="the start-up line")
+    assert procs.stop(runner) == 0
+    (line,) = [line for line in procs.log(runner).splitlines() if "starting:" in line]
+    match = re.search(r"runner (\S+) starting: kinds=(\S+) (.*)$", line)
+    assert match, line
+    assert match.group(1).split(":")[1] == str(runner.pid), "the runner id names the process"
+    assert {"probe.intent", "probe.record", "session_turn"} <= set(match.group(2).split(","))
+    assert match.group(3) == "queues=default,emails lanes=user:1 push=off poll=0.5s lease=7s concurrency=2 batch=100"
+
+
+def test_runwakes_start_up_line_says_push_where_it_listens(procs: Procs):
+    runner = procs.runner("listening", "--interval", "2")
+    wait_for(lambda: "starting:" in procs.log(runner) or procs.alive(runner), timeout=60, what="the start-up line")
+    assert procs.stop(runner) == 0
+    (line,) = [line for line in procs.log(runner).splitlines() if "starting:" in line]
+    push = "push=LISTEN(default)" if connection.vendor == "postgresql" else "push=off"
+    assert f"queues=all lanes=all {push} poll=2s lease=" in line, line
 
 
 BAD_ARGUMENTS = [

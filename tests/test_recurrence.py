@@ -186,6 +186,39 @@ def test_naive_start_at_is_refused(clock: FakeClock, sink: Callable[..., Recorde
     assert not Wake.objects.exists()
 
 
+CRON_MESSAGES = [
+    ("0 0 9 * * MON", "has 6 fields; a cron expression has 5 fields: minute hour day-of-month month day-of-week"),
+    ("0 9 * * MON-FRI 2030", "seconds and years are not supported"),
+    ("0 9 * *", "has 4 fields; a cron expression has 5 fields"),
+    ("61 * * * *", "the minute field '61' has 61, out of range (0-59)"),
+    ("0 25 * * *", "the hour field '25' has 25, out of range (0-23)"),
+    ("0 9-30 * * *", "the hour field '9-30' has 30, out of range (0-23)"),
+    ("0 0 32 * *", "the day-of-month field '32' has 32, out of range (1-31)"),
+    ("0 0 0 * *", "the day-of-month field '0' has 0, out of range (1-31)"),
+    ("0 0 1 13 *", "the month field '13' has 13, out of range (1-12 or JAN-DEC)"),
+    ("0 0 * * 8", "the day-of-week field '8' has 8, out of range (0-7 or SUN-SAT"),
+    ("*/0 * * * *", "the minute field '*/0' has a step of 0"),
+    ("0 9 * JANX *", "the month field 'JANX' is not valid: expected a number 1-12 or JAN-DEC, *, a list"),
+    ("0 9 * * MON-", "the day-of-week field 'MON-' is not valid"),
+    ("1,,2 * * * *", "the minute field '1,,2' is not valid"),
+    ("@reboot", "unknown shortcut"),
+]
+
+
+@pytest.mark.parametrize(("cron", "message"), CRON_MESSAGES, ids=[c for c, _ in CRON_MESSAGES])
+def test_a_bad_cron_is_refused_in_our_words_naming_what_is_wrong(cron: str, message: str) -> None:
+    with pytest.raises(InvalidSchedule) as info:
+        recurrence.preview(cron=cron, tz="UTC", n=1)
+    text = str(info.value)
+    assert text.startswith(f"cron: {cron!r} ") and message in text, text
+    assert "column" not in text and "not acceptable" not in text and "bands" not in text, "no croniter wording"
+
+
+@pytest.mark.parametrize("cron", ["@daily", "@hourly", "0 9 L * *", "0 9 * * 5#3", "0 9 * * MON-FRI", "5-2 * * * *"])
+def test_what_croniter_takes_is_still_taken(cron: str) -> None:
+    assert len(recurrence.preview(cron=cron, tz="UTC", n=2)) == 2
+
+
 def test_invalid_schedule_is_a_wake_error() -> None:
     assert issubclass(InvalidSchedule, django_wakes.WakeError)
 

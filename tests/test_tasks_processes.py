@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection, transaction
@@ -24,6 +25,7 @@ from django_wakes.models import Runner as RunnerRow
 from django_wakes.tasks import TASK_KIND
 from django_wakes.tasks.compat import TaskResultStatus
 from testproject import tasks
+from tests.fault_servers import TcpProxy
 from tests.processes import Procs, race, wait_for
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.django_db(transaction=True)]
@@ -181,3 +183,42 @@ def test_runners_booting_together_book_each_periodic_task_once(procs: Procs):
     assert len(booked_logs) == 1  # one runner booked; the others found the chains in place
     for runner in runners:
         assert procs.stop(runner) == 0
+
+
+@needs_server
+def test_a_runner_booted_during_an_outage_syncs_periodic_tasks_once_the_database_answers(procs: Procs, monkeypatch):
+    """The runner reaches the database through a TCP forwarder that is not listening yet (connections
+    refused: the database is down); it boots, fails the sync, waits; once the forwarder listens, the
+    sync runs after the first pass that reaches the database, without a restart."""
+    monkeypatch.setenv("WAKES_TEST_PERIODIC", periodic_table(DAILY))
+    real = urlsplit(procs.db_url)
+    default_port = 5432 if real.scheme == "postgres" else 3306
+    gate = TcpProxy(real.port or default_port, target_host=real.hostname or "127.0.0.1")
+    credentials = real.netloc.rpartition("@")[0]
+    down_url = urlunsplit(
+        real._replace(netloc=f"{credentials}@127.0.0.1:{gate.port}" if credentials else f"127.0.0.1:{gate.port}")
+    )
+    runner = procs.runner("booted-in-outage", "--interval", "0.2", DATABASE_URL=down_url)
+    wait_for(
+        lambda: "periodic tasks were not synced (database unavailable" in procs.log(runner) or procs.alive(runner),
+        timeout=120,
+        what="the boot sync to fail while the database is down",
+    )
+    assert live_periodic() == {}
+    gate.start()
+    try:
+        wait_for(lambda: live_periodic() or procs.alive(runner), timeout=120, what="the sync once the database answers")
+        assert sorted(live_periodic()) == ["testproject.tasks.record"]
+        wait_for(
+            lambda: (
+                "periodic tasks synced: booked=testproject.tasks.record" in procs.log(runner) or procs.alive(runner)
+            ),
+            timeout=30,
+            what="the sync's log line",
+        )
+        assert procs.stop(runner) == 0
+    finally:
+        gate.stop()
+    log = procs.log(runner)
+    assert log.count("periodic tasks were not synced") == 1, "tried again once the database answered, not every pass"
+    assert log.count("periodic tasks synced") == 1

@@ -62,6 +62,10 @@ _TALLY: dict[Disposition, tuple[str, ...]] = {
 }
 
 
+#: The counts :meth:`RunReport.summary` prints, in this order.
+SUMMARY_COUNTS = ("claimed", "fired", "expired", "failed", "dead", "deferred", "released", "fenced", "superseded")
+
+
 @dataclass
 class RunReport:
     """What one pass (or a runner's whole life) did, and when the next pass is worth running."""
@@ -77,6 +81,11 @@ class RunReport:
     claimed: int = 0
     next_at: datetime | None = None
     outcomes: dict[int, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for a log: every count as ``name=n``, and when the next wake is due."""
+        counts = " ".join(f"{name}={getattr(self, name)}" for name in SUMMARY_COUNTS)
+        return f"{counts} next_due={self.next_at.isoformat() if self.next_at is not None else '-'}"
 
     def add(self, wake_id: int, result: FireOutcome) -> None:
         self.outcomes[wake_id] = result.outcome

@@ -24,6 +24,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from types import FrameType
 
@@ -68,6 +69,7 @@ class Sweeper:
         shutdown_timeout: float = 30.0,
         settle_window: float = 0.05,
         runner_id: str | None = None,
+        when_reachable: Sequence[Callable[[], bool]] = (),
     ) -> None:
         self.interval = interval if interval is not None else wakes_settings.poll_interval
         self.batch = batch or wakes_settings.batch
@@ -80,6 +82,9 @@ class Sweeper:
         self.shutdown_timeout = shutdown_timeout
         self.settle_window = settle_window
         self.runner_id = runner_id or engine.default_runner_id()
+        # Boot jobs that could not reach the database (the periodic-task sync during an outage): each
+        # is called again after every pass that reached it, until it returns True (done).
+        self._when_reachable = list(when_reachable)
         self.stopping = threading.Event()
         # Set only when run() is done with the wakes in hand: the heartbeat outlives stop(), so a
         # wake finishing during a graceful shutdown keeps its lease and is not re-driven elsewhere.
@@ -314,6 +319,7 @@ class Sweeper:
         if self.listen and Listener.supported(alias):
             listener = Listener(alias, self.nudge)
             listener.start()
+        logger.info("%s", self.describe(push_alias=alias if listener is not None else None))
         if self.concurrency > 1:
             self._async = AsyncFirer(self)
             self._async.start()
@@ -344,6 +350,8 @@ class Sweeper:
                     self._wakeup.clear()
                     continue
                 self._passes.succeeded()
+                if self._when_reachable:
+                    self._run_when_reachable()
                 if self.stopping.is_set():
                     break
                 if busy:
@@ -364,6 +372,31 @@ class Sweeper:
                 self._async.stop(0.0)
             self._deregister()
             connections.close_all()
+
+    def describe(self, *, push_alias: str | None) -> str:
+        """The start-up line: who this runner is and what it fires, how it learns of due wakes, its lease."""
+        kinds = registry.kinds()
+        seconds = f"{self.lease.total_seconds():g}s"
+        return (
+            f"runner {self.runner_id} starting: kinds={','.join(kinds) or '(none)'}"
+            f" queues={','.join(self.queues) if self.queues else 'all'}"
+            f" lanes={','.join(self.lanes) if self.lanes else 'all'}"
+            f" push={f'LISTEN({push_alias})' if push_alias is not None else 'off'} poll={self.interval:g}s"
+            f" lease={seconds} concurrency={self.concurrency} batch={self.batch}"
+        )
+
+    def _run_when_reachable(self) -> None:
+        """Call the boot jobs that missed the database again (a pass just reached it); keep those not done."""
+        pending = []
+        for job in self._when_reachable:
+            try:
+                done = job()
+            except Exception:  # a bug in the job: logged once, not retried every pass
+                logger.exception("runner %s: %s failed", self.runner_id, getattr(job, "__name__", job))
+                done = True
+            if not done:
+                pending.append(job)
+        self._when_reachable = pending
 
     def _pass(self) -> tuple[datetime | None, bool]:
         """Run one pass; return the next known due time and whether to go again at once."""

@@ -442,19 +442,78 @@ def _zone_name(tz: Any) -> str:
     return name
 
 
+#: The five fields of a cron expression: name, lowest and highest number, the names it also takes.
+CRON_FIELDS = (
+    ("minute", 0, 59, ""),
+    ("hour", 0, 23, ""),
+    ("day-of-month", 1, 31, ""),
+    ("month", 1, 12, " or JAN-DEC"),
+    ("day-of-week", 0, 7, " or SUN-SAT (0 and 7 are Sunday)"),
+)
+_CRON_ERRORS = (CroniterError, ValueError, TypeError, KeyError, IndexError)
+
+
+def _cron_field_problem(index: int, text: str) -> str | None:
+    """What is wrong with field ``index`` of an expression croniter refused, in our words; None if it is fine.
+
+    The field is tried alone (every other field ``*``), so the answer names the field that is wrong
+    rather than croniter's text for the whole expression.
+    """
+    probe = ["*"] * len(CRON_FIELDS)
+    probe[index] = text
+    try:
+        croniter(" ".join(probe), datetime(2000, 1, 1))
+    except _CRON_ERRORS:
+        pass
+    else:
+        return None
+    name, low, high, names = CRON_FIELDS[index]
+    for item in text.split(","):
+        base, _, step = item.partition("/")
+        if step.isdigit() and int(step) == 0:
+            return f"the {name} field {text!r} has a step of 0 (a step is at least 1)"
+        for number in re.findall(r"\d+", base):
+            if not low <= int(number) <= high:
+                return f"the {name} field {text!r} has {number}, out of range ({low}-{high}{names})"
+    return (
+        f"the {name} field {text!r} is not valid: expected a number {low}-{high}{names}, *, a list (1,15), "
+        "a range (1-5) or a step (*/15)"
+    )
+
+
 def _cron_grid(cron: Any, tz: str, dst: DstPolicy | None = None) -> CronGrid:
-    """Parse ``cron`` now, so a bad expression is refused at create time rather than at settle time."""
+    """Parse ``cron`` now, so a bad expression is refused at create time rather than at settle time.
+
+    The refusal is ours, naming what is wrong (how many fields, which field, which value), not
+    croniter's text for the whole expression.
+    """
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidSchedule("cron: expected a non-empty cron expression string")
     expression = " ".join(cron.split())
     if len(expression) > CRON_MAX_LENGTH:
         raise InvalidSchedule(f"cron: longer than {CRON_MAX_LENGTH} characters")
+    fields = expression.split(" ")
+    if not expression.startswith("@") and len(fields) != len(CRON_FIELDS):
+        extra = " (seconds and years are not supported)" if len(fields) > len(CRON_FIELDS) else ""
+        raise InvalidSchedule(
+            f"cron: {cron!r} has {len(fields)} field{'s' if len(fields) != 1 else ''}; a cron expression has "
+            f"5 fields: minute hour day-of-month month day-of-week{extra}"
+        )
     try:
         parsed = croniter(expression, datetime(2000, 1, 1))
-    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise InvalidSchedule(f"cron: {cron!r} is not a valid cron expression ({exc})") from exc
-    if len(parsed.expanded) != 5:
-        raise InvalidSchedule(f"cron: {cron!r} must have 5 fields (minute hour day month weekday)")
+    except _CRON_ERRORS as exc:
+        if expression.startswith("@"):
+            raise InvalidSchedule(
+                f"cron: {cron!r} is not a valid cron expression: unknown shortcut "
+                "(expected @hourly, @daily, @weekly, @monthly or @yearly, or 5 fields)"
+            ) from exc
+        for index, text in enumerate(fields):
+            problem = _cron_field_problem(index, text)
+            if problem is not None:
+                raise InvalidSchedule(f"cron: {cron!r} is not a valid cron expression: {problem}") from exc
+        raise InvalidSchedule(f"cron: {cron!r} is not a valid cron expression") from exc
+    if len(parsed.expanded) != len(CRON_FIELDS):
+        raise InvalidSchedule(f"cron: {cron!r} must have 5 fields (minute hour day-of-month month day-of-week)")
     if any(_RANDOM_FIELD.match(part) for expr in parsed.expressions for part in expr.split(",")):
         raise InvalidSchedule(f"cron: {cron!r} uses a random or hashed field (R/H); give fixed values")
     return CronGrid(expression, tz, dst or DstPolicy())

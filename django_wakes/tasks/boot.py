@@ -15,26 +15,31 @@ from .kind import framework_available
 logger = logging.getLogger("django_wakes")
 
 
-def sync_periodic_on_boot() -> None:
+def sync_periodic_on_boot() -> bool:
     """Reconcile periodic tasks as ``runwakes`` starts; a failure is logged, never stops the runner.
 
+    Return whether it is done: True when synced (or nothing to do, or a bad declaration that only a
+    deploy can fix, logged as an error), False when the database could not be reached (logged as a
+    warning): the runner then calls it again after its first pass that reaches the database, so a
+    runner that boots during an outage still books its periodic tasks once the database is back.
+
     Nothing to do without a Tasks framework, nor when nothing is declared and no periodic chain is
-    live (one read). A bad declaration is logged as an error, a database that stays away as a
-    warning: the runner still serves everything else, and the next boot (or ``manage.py wakes
-    sync-periodic``) tries again.
+    live (one read).
     """
     if not framework_available():
-        return
+        return True
     from .periodic_tasks import anything_to_sync, sync_periodic  # needs the framework: imported only with it
 
     try:
         report = sync_periodic() if anything_to_sync() else None
     except WakeError as exc:
         logger.error("periodic tasks were not synced: %s", exc)
-        return
+        return True
     except TRANSIENT_ERRORS as exc:
-        logger.warning("periodic tasks were not synced (database unavailable: %s); the next boot tries again", exc)
-        return
+        logger.warning(
+            "periodic tasks were not synced (database unavailable: %s); trying again once the database answers", exc
+        )
+        return False
     if report is not None and report.changed:
         logger.info(
             "periodic tasks synced: booked=%s replanned=%s ended=%s kept=%d",
@@ -43,3 +48,4 @@ def sync_periodic_on_boot() -> None:
             ",".join(report.ended) or "-",
             len(report.kept),
         )
+    return True

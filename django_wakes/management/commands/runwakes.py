@@ -116,7 +116,9 @@ class Command(BaseCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
         apply_client_timeouts()  # a partitioned runner notices within a bounded time
-        sync_periodic_on_boot()  # periodic tasks (django_wakes.tasks): book, re-plan, end, once per boot
+        # Periodic tasks (django_wakes.tasks): book, re-plan, end, once per boot; when the database is
+        # not there yet, once it answers (after the runner's first pass that reaches it).
+        synced = sync_periodic_on_boot()
         runner = Sweeper(
             interval=interval,
             batch=batch,
@@ -127,9 +129,11 @@ class Command(BaseCommand):
             lanes=lanes,
             queues=queues,
             shutdown_timeout=shutdown_timeout,
+            when_reachable=() if synced else (sync_periodic_on_boot,),
         )
         if once:
-            runner.run_once()
+            report = runner.run_once()
+            logger.info("runner %s, one pass (--once): %s", runner.runner_id, report.summary())
             if runner.failed:
                 raise CommandError(f"{runner.failed} wake(s) failed in this pass", returncode=1)
             return
