@@ -24,6 +24,7 @@ VOCABULARY = {
     "durations",
     "events",
     "exceptions",
+    "logs",
     "models",
     "querysets",
     "receipts",

@@ -13,6 +13,7 @@ single-file: a racing claim of a busy lane fails its unique check and is dropped
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
 from .. import clock, signals
 from ..conf import wakes_settings
+from ..logs import about
 from ..models import Fence, Outcome, State, TriggerType, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
 from ..schedules import recurrence
@@ -459,7 +461,11 @@ def _skip_occurrence(using: str, wake: Wake, plan: recurrence.CatchUpPlan, now: 
     )
     if closed:
         logger.info(
-            "wake %s (chain %s): skipped %d missed occurrence(s)", wake.pk, wake.chain_id, plan.result["missed"]
+            "wake %s (chain %s): skipped %d missed occurrence(s)",
+            wake.pk,
+            wake.chain_id,
+            plan.result["missed"],
+            extra=about(wake),
         )
         if plan.next_slot is not None:
             # A held occurrence an operator fired by hand books its successor held: the chain stays paused.
@@ -534,7 +540,13 @@ def _claim_rows(
                         ):
                             winners.append(wake)
                 except IntegrityError:
-                    logger.debug("lane %s became busy; wake %s waits its turn", wake.serial_key, wake.pk)
+                    if logger.isEnabledFor(logging.DEBUG):
+                        logger.debug(
+                            "lane %s became busy; wake %s waits its turn",
+                            wake.serial_key,
+                            wake.pk,
+                            extra=about(wake, runner_id),
+                        )
         for wake in winners:
             wake.state, wake.lane_lock, wake.claim_token = State.FIRING, wake.serial_key, token
             wake.lease_until, wake.claimed_by, wake.claimed_at = lease_until, runner_id, now

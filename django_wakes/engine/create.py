@@ -21,6 +21,7 @@ from .. import clock, events, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, UnknownKind, WakeError
+from ..logs import about
 from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, State, TriggerType, Wake, WatchedKey
 from ..schedules import recurrence
 from ..sinks import SESSION_TURN, registry
@@ -673,14 +674,16 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     if not wake.is_recurring:
         return None
     if sessions.is_stopped(wake.session_id):
-        logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id)
+        logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id, extra=about(wake))
         return None
     row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at", "paused_at").first()
     end_at = row["end_at"] if row is not None else wake.end_at
     paused_at = row["paused_at"] if row is not None else wake.paused_at
     upcoming = recurrence.next_slot(wake, now, end_at)
     if upcoming is None:
-        logger.info("chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk)
+        logger.info(
+            "chain %s ended after occurrence %d (wake %s)", wake.chain_id, wake.occurrence, wake.pk, extra=about(wake)
+        )
         return None
     return book_occurrence(wake, upcoming, end_at, paused_at=paused_at)
 

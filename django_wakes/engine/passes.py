@@ -19,6 +19,7 @@ from django.db.models import Max, Min
 from .. import clock
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
+from ..logs import about
 from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
@@ -149,7 +150,12 @@ def hand_back(claim: Claim) -> None:
     try:
         release(claim)
     except TRANSIENT_ERRORS as exc:
-        logger.info("could not hand back wake %s (%s); its lease will lapse, uncharged", claim.wake.pk, exc)
+        logger.info(
+            "could not hand back wake %s (%s); its lease will lapse, uncharged",
+            claim.wake.pk,
+            exc,
+            extra=about(claim.wake, claim.runner_id),
+        )
         drop_broken_connections()
 
 
@@ -174,6 +180,7 @@ class _UnwakeableLog:
                     "a sink deployed after the runner started is loaded when the runner restarts",
                     kind,
                     wake_id,
+                    extra={"wake_id": wake_id, "kind": kind, "lane": None, "workspace_id": None},
                 )
         self._warned = set(current)
 

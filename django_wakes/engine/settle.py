@@ -7,6 +7,7 @@ lease another runner took over is fenced out, and its outcome is discarded and l
 
 from __future__ import annotations
 
+import logging
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from .. import clock, signals
 from ..conf import wakes_settings
 from ..durations import parse_duration
 from ..exceptions import InvalidWake
+from ..logs import about
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
 from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Sink, Stop, call_sink, registry
@@ -126,7 +128,15 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
 def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome:
     """Settle an attempt whose sink raised: retried with backoff, or dead after ``max_attempts``."""
     wake = claim.wake
-    logger.error("wake %s (kind=%s lane=%s) failed: %s", wake.pk, wake.kind, wake.serial_key, exc, exc_info=exc)
+    logger.error(
+        "wake %s (kind=%s lane=%s) failed: %s",
+        wake.pk,
+        wake.kind,
+        wake.serial_key,
+        exc,
+        exc_info=exc,
+        extra=about(wake, claim.runner_id),
+    )
     error = _format_error(exc)
     error_type = _error_type(exc)
     return retry_rolled_back(
@@ -229,15 +239,17 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
             outcomes.append(_fenced_out(d.claim))
             continue
         wake = d.claim.wake
-        logger.info(
-            "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
-            wake.pk,
-            wake.kind,
-            wake.serial_key,
-            d.outcome,
-            ms(d.claim.started_at - (wake.due_at or d.claim.started_at)),
-            ms(d.finished_at - d.claim.started_at),
-        )
+        if logger.isEnabledFor(logging.INFO):  # per wake: nothing is built when INFO is off
+            logger.info(
+                "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
+                wake.pk,
+                wake.kind,
+                wake.serial_key,
+                d.outcome,
+                ms(d.claim.started_at - (wake.due_at or d.claim.started_at)),
+                ms(d.finished_at - d.claim.started_at),
+                extra=about(wake, d.claim.runner_id),
+            )
         outcomes.append(FireOutcome(Disposition(d.outcome), settled=True))
     return outcomes
 
@@ -312,7 +324,13 @@ def _settle_failure(
             if not _bury(fenced(using, claim), wake, now, error, **notes):
                 return _fenced_out(claim)
             _attempt(using, claim, now, outcome, error, error_type)
-            logger.error("wake %s is dead after %d attempts: %s", wake.pk, wake.attempts, error.splitlines()[-1:])
+            logger.error(
+                "wake %s is dead after %d attempts: %s",
+                wake.pk,
+                wake.attempts,
+                error.splitlines()[-1:],
+                extra=about(wake, claim.runner_id),
+            )
             return FireOutcome(Disposition.DEAD, settled=True, error=error)
         due = retry_at or now + wakes_settings.backoff(wake.attempts)
         won = fenced(using, claim).update(
@@ -368,7 +386,12 @@ def _settle_superseded(claim: Claim) -> FireOutcome:
     )
     if not won:
         return _fenced_out(claim)
-    logger.info("wake %s superseded: session %s is stopped", claim.wake.pk, claim.wake.session_id)
+    logger.info(
+        "wake %s superseded: session %s is stopped",
+        claim.wake.pk,
+        claim.wake.session_id,
+        extra=about(claim.wake, claim.runner_id),
+    )
     return FireOutcome(Disposition.SUPERSEDED, settled=True)
 
 
@@ -411,5 +434,9 @@ def _scratch_fields(scratch: Any) -> dict[str, Any]:
 
 
 def _fenced_out(claim: Claim) -> FireOutcome:
-    logger.warning("wake %s: lease was taken over by another runner; this runner's outcome is discarded", claim.wake.pk)
+    logger.warning(
+        "wake %s: lease was taken over by another runner; this runner's outcome is discarded",
+        claim.wake.pk,
+        extra=about(claim.wake, claim.runner_id),
+    )
     return FireOutcome(Disposition.FENCED, settled=False)

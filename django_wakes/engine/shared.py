@@ -10,7 +10,6 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -19,14 +18,12 @@ from django.db.models import Model, QuerySet
 
 from .. import signals
 from ..exceptions import InvalidDuration
+from ..logs import firing_wake as firing_wake  # re-exported: the engine's stages import both from here
+from ..logs import logger as logger
 from ..models import Wake
-
-logger = logging.getLogger("django_wakes")
 
 T = TypeVar("T")
 
-#: The wake whose sink is running in this context (thread or task): a wake created meanwhile is one deeper.
-firing_wake: ContextVar[Wake | None] = ContextVar("django_wakes_firing_wake", default=None)
 
 #: How often a transaction the database aborted (deadlock, lock timeout) is tried again.
 ROLLBACK_TRIES = 6

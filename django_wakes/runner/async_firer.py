@@ -14,6 +14,7 @@ from django.db import connections
 from .. import engine
 from ..engine import Claim
 from ..engine.shared import drop_broken_connections, firing_wake
+from ..logs import running_as
 
 if TYPE_CHECKING:
     from .sweeper import Sweeper
@@ -78,7 +79,8 @@ class AsyncFirer:
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        with running_as(self.sweeper.runner_id):
+            self.loop.run_forever()
 
     def settle_later(self, done: engine.Succeeded) -> None:
         """Settle a fire thread's plain success with the next batch."""
@@ -99,6 +101,10 @@ class AsyncFirer:
             self.sweeper._wakeup.set()
 
     def _settle_loop(self) -> None:
+        with running_as(self.sweeper.runner_id):
+            self._settle_batches()
+
+    def _settle_batches(self) -> None:
         try:
             while True:
                 first = self._done.get()

@@ -13,13 +13,14 @@ from datetime import datetime
 from django.db import connections
 
 from ..engine.notify import CHANNEL
+from ..logs import running_as
 from .outage import OutageLog
 
 
 class Listener(threading.Thread):
     """LISTEN for due-now hints on a PostgreSQL connection of its own; call ``on_hint(due_at)``."""
 
-    def __init__(self, alias: str, on_hint: Callable[[datetime | None], None]) -> None:
+    def __init__(self, alias: str, on_hint: Callable[[datetime | None], None], *, runner_id: str | None = None) -> None:
         """Listen on ``alias``: a direct connection (LISTEN does not work through a transaction pooler)."""
         super().__init__(name="django-wakes-listen", daemon=True)
         self.alias = alias
@@ -27,6 +28,7 @@ class Listener(threading.Thread):
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.outage = OutageLog("push listener (polling covers the gap)")
+        self.runner_id = runner_id
 
     @staticmethod
     def supported(alias: str) -> bool:
@@ -40,6 +42,13 @@ class Listener(threading.Thread):
         self.stopping.set()
 
     def run(self) -> None:
+        if self.runner_id is None:
+            self._listen()
+            return
+        with running_as(self.runner_id):  # its outage records carry the runner's id
+            self._listen()
+
+    def _listen(self) -> None:
         from datetime import UTC
 
         while not self.stopping.is_set():

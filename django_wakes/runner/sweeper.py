@@ -34,6 +34,7 @@ from .. import clock, engine
 from ..conf import wakes_settings
 from ..engine import TRANSIENT_ERRORS, Claim, RunReport, notify, runners
 from ..engine.shared import drop_broken_connections
+from ..logs import about, running_as
 from ..sinks import registry
 from ..states import Disposition
 from .async_firer import AsyncFirer
@@ -191,6 +192,7 @@ class Sweeper:
                 wake_id,
                 age,
                 self.lease.total_seconds(),
+                extra=about(claim.wake, self.runner_id),
             )
         return not stale
 
@@ -248,6 +250,10 @@ class Sweeper:
         Claims not started when a stop is requested (or whose lease is no longer known to be good)
         are handed back, uncharged. A settle the database refuses is tried until it succeeds.
         """
+        with running_as(self.runner_id):
+            return self._run_once()
+
+    def _run_once(self) -> RunReport:
         drop_broken_connections()
         limit = self.planned_batch()
         claims = self._claim(limit)
@@ -311,20 +317,38 @@ class Sweeper:
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Register, recover lapsed leases, then loop until stopped; always deregister on the way out."""
+        """Register, recover lapsed leases, then loop until stopped; always deregister on the way out.
+
+        Every record this runner's threads log carries its id (:mod:`django_wakes.logs`).
+        """
+        with running_as(self.runner_id):
+            self._run()
+
+    def _in_runner(self, target: Callable[[], None]) -> Callable[[], None]:
+        """``target`` for a thread of this runner: its records carry the runner's id."""
+
+        def run() -> None:
+            with running_as(self.runner_id):
+                target()
+
+        return run
+
+    def _run(self) -> None:
         notify.register_local(self)
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-wakes-heartbeat", daemon=True)
+        heartbeat = threading.Thread(
+            target=self._in_runner(self._heartbeat_loop), name="django-wakes-heartbeat", daemon=True
+        )
         listener = None
         alias = wakes_settings.push_database or engine.db_alias()
         if self.listen and Listener.supported(alias):
-            listener = Listener(alias, self.nudge)
+            listener = Listener(alias, self.nudge, runner_id=self.runner_id)
             listener.start()
         logger.info("%s", self.describe(push_alias=alias if listener is not None else None))
         if self.concurrency > 1:
             self._async = AsyncFirer(self)
             self._async.start()
             self._workers = [
-                threading.Thread(target=self._fire_worker, name=f"django-wakes-fire-{n}", daemon=True)
+                threading.Thread(target=self._in_runner(self._fire_worker), name=f"django-wakes-fire-{n}", daemon=True)
                 for n in range(self.concurrency)
             ]
             for worker in self._workers:
@@ -454,7 +478,11 @@ class Sweeper:
                         return
                     self._fire(claim)
                 except Exception:  # the lease lapses and another pass re-drives it
-                    logger.exception("firing wake %s crashed its fire thread's step", claim.wake.pk if claim else "?")
+                    logger.exception(
+                        "firing wake %s crashed its fire thread's step",
+                        claim.wake.pk if claim else "?",
+                        extra=about(claim.wake, self.runner_id) if claim else None,
+                    )
                     drop_broken_connections()
                 finally:
                     self._queue.task_done()

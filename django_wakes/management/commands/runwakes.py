@@ -133,7 +133,12 @@ class Command(BaseCommand):
         )
         if once:
             report = runner.run_once()
-            logger.info("runner %s, one pass (--once): %s", runner.runner_id, report.summary())
+            logger.info(
+                "runner %s, one pass (--once): %s",
+                runner.runner_id,
+                report.summary(),
+                extra={"runner_id": runner.runner_id},
+            )
             if runner.failed:
                 raise CommandError(f"{runner.failed} wake(s) failed in this pass", returncode=1)
             return
