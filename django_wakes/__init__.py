@@ -58,6 +58,7 @@ _EXPORTS = {
     "ApprovalDenied": "exceptions",
     "BudgetExceeded": "exceptions",
     "SessionStopped": "exceptions",
+    "IdempotencyConflict": "exceptions",
     "OnceError": "exceptions",
     "OnceInProgress": "exceptions",
     "OnceInterrupted": "exceptions",

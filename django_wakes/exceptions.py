@@ -81,6 +81,16 @@ class SessionStopped(InvalidWake):
     """The session was stopped (:func:`django_wakes.stop_session`): it takes no new wakes until resumed."""
 
 
+class IdempotencyConflict(InvalidWake):
+    """The ``idempotency_key`` already names a wake this call may not have back; nothing was written or changed.
+
+    A key is reused by another session (or by host code for a session's wake, or the other way
+    round), or a :func:`django_wakes.request_approval` replay asks something else than the
+    approval the key names (another prompt or intent, or the key names no approval): the engine
+    neither returns that wake nor rotates its token.
+    """
+
+
 class OperationRefused(WakeError):
     """An operator transition (``engine.operate``) does not apply to the wake or lane as it is now; nothing changed."""
 

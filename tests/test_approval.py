@@ -13,6 +13,7 @@ from django_wakes.exceptions import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalNotFound,
+    IdempotencyConflict,
     InvalidIntent,
 )
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
@@ -197,6 +198,35 @@ def test_idempotent_request_rotates_the_token(clock, sinks, authorize):
     django_wakes.resolve(second.token, "yes", "alice")
     django_wakes.run_due()
     assert len(calls) == 1
+
+
+def test_a_replay_from_another_session_neither_returns_nor_rotates_the_approval(clock, sinks, authorize):
+    calls = sinks(KIND)
+    theirs = request(session_id="s1", idempotency_key="k")
+    for other in ("s2", None):
+        with pytest.raises(IdempotencyConflict):
+            request(session_id=other, idempotency_key="k")
+    assert row(theirs.wake).token_hash == engine.hash_token(theirs.token)
+    django_wakes.resolve(theirs.token, "yes", "alice")
+    django_wakes.run_due()
+    assert calls.ids == [theirs.wake.pk]
+
+
+def test_a_replay_that_asks_something_else_rotates_nothing(clock, sinks, authorize):
+    sinks(KIND)
+    first = request(idempotency_key="k", intent={"pr": 1})
+    with pytest.raises(IdempotencyConflict):
+        django_wakes.request_approval(
+            workspace_id=WS, kind=KIND, prompt="Drop it?", expires_in="1h", idempotency_key="k", intent={"pr": 1}
+        )
+    with pytest.raises(IdempotencyConflict):
+        request(idempotency_key="k", intent={"pr": 2})
+    watch = django_wakes.watch(workspace_id=WS, kind=KIND, event_key="e", idempotency_key="w")
+    with pytest.raises(IdempotencyConflict):
+        request(idempotency_key="w")  # a watch is no approval: it gets no token
+    assert row(watch).token_hash is None and Wake.objects.count() == 2
+    assert row(first.wake).token_hash == engine.hash_token(first.token)
+    django_wakes.resolve(first.token, "yes", "alice")
 
 
 def test_idempotent_request_after_resolution_does_not_reopen_it(clock, sinks, authorize):

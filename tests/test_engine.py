@@ -10,6 +10,7 @@ import pytest
 import django_wakes
 from django_wakes import engine
 from django_wakes.engine import notify
+from django_wakes.exceptions import IdempotencyConflict
 from django_wakes.models import Outcome, State, TriggerType, Wake, WakeAttempt
 
 pytestmark = pytest.mark.django_db
@@ -458,6 +459,29 @@ def test_idempotent_replay_is_found_even_if_the_kind_differs(clock, sinks):
         django_wakes.watch(workspace_id=WS, kind="test.engine.other", event_key="e", idempotency_key="k").pk == first.pk
     )
     assert Wake.objects.count() == 1
+
+
+def test_an_idempotency_key_never_returns_another_sessions_wake(clock, sinks):
+    sinks(KIND)
+    theirs = django_wakes.schedule(
+        workspace_id=WS, session_id="s1", kind=KIND, delay="1m", idempotency_key="k", intent={"secret": 1}
+    )
+    for other in ("s2", None):
+        with pytest.raises(IdempotencyConflict):
+            django_wakes.schedule(workspace_id=WS, session_id=other, kind=KIND, delay="1m", idempotency_key="k")
+        with pytest.raises(IdempotencyConflict):
+            django_wakes.watch(workspace_id=WS, session_id=other, kind=KIND, event_key="e", idempotency_key="k")
+        with pytest.raises(IdempotencyConflict):
+            django_wakes.schedule_many(
+                [{"delay": "1m", "idempotency_key": "k", "session_id": other}], workspace_id=WS, kind=KIND
+            )
+    host = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", idempotency_key="host")
+    with pytest.raises(IdempotencyConflict):
+        django_wakes.schedule(workspace_id=WS, session_id="s1", kind=KIND, delay="1m", idempotency_key="host")
+    assert Wake.objects.count() == 2
+    again = django_wakes.schedule(workspace_id=WS, session_id="s1", kind=KIND, delay="5m", idempotency_key="k")
+    assert again.pk == theirs.pk and row(theirs).fire_at == theirs.fire_at
+    assert django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1m", idempotency_key="host").pk == host.pk
 
 
 def test_coalesce_returns_the_pending_holder_of_the_lane(clock, sinks):

@@ -489,7 +489,7 @@ def test_a_retried_tool_call_creates_nothing_twice(clock):
     )
     assert Wake.objects.count() == 1
     wake = Wake.objects.get()
-    assert wake.idempotency_key == f"tool:{SESSION}:toolu_A"
+    assert wake.idempotency_key == f"tool:{len(WS)}:{WS}:{len(SESSION)}:{SESSION}:toolu_A"
     assert followup(tool_call_id="toolu_B")["wake_id"] != first["wake_id"]
     assert call("watch_event", {"event_key": "ci"}, tool_call_id="toolu_C") == call(
         "watch_event", {"event_key": "ci"}, tool_call_id="toolu_C"
@@ -506,11 +506,47 @@ def test_a_tool_call_id_reused_for_another_call_is_a_host_error(clock):
     assert Wake.objects.count() == 1
 
 
+def test_an_approvals_call_id_reused_for_another_call_keeps_the_first_token(clock):
+    hook = Approvals()
+    call("request_approval", {"prompt": "Deploy?", "expires_in": "1d"}, on_approval=hook, tool_call_id="call_1")
+    with pytest.raises(ValueError, match="already used"):
+        call("request_approval", {"prompt": "Delete?", "expires_in": "1d"}, on_approval=hook, tool_call_id="call_1")
+    [(_, token)] = hook
+    assert Wake.objects.get().token_hash == engine.hash_token(token)
+
+
 def test_the_same_tool_call_id_in_another_session_or_workspace_is_another_call(clock):
     mine = followup(tool_call_id="call_0")
     theirs = followup(tool_call_id="call_0", session_id="sess-other")
     elsewhere = followup(tool_call_id="call_0", workspace_id="ws-other")
     assert len({mine["wake_id"], theirs["wake_id"], elsewhere["wake_id"]}) == 3
+
+
+@pytest.mark.parametrize("attacker_args", [{}, {"prompt": "Anything at all?", "note": "mine"}])
+def test_a_colon_in_a_session_id_never_reaches_another_sessions_approval(clock, spawned, attacker_args):
+    """Session ``a:b`` + call ``c`` and session ``a`` + call ``b:c`` once made one key: the attacker got
+    the victim's wake (note and prompt), and its dispatch rotated the victim's token into its own hook."""
+    victim, attacker = Approvals(), Approvals()
+    args = {"prompt": "Wire 10k to ACME?", "expires_in": "1d", "note": "victim's private note"}
+    theirs = call("request_approval", args, session_id="a:b", tool_call_id="c", on_approval=victim)
+    mine = call("request_approval", {**args, **attacker_args}, session_id="a", tool_call_id="b:c", on_approval=attacker)
+    assert mine["wake_id"] != theirs["wake_id"]
+    assert Wake.objects.get(pk=mine["wake_id"]).session_id == "a"
+    [(victim_wake, victim_token)] = victim
+    [(attacker_wake, _)] = attacker
+    assert victim_wake == theirs["wake_id"] and attacker_wake == mine["wake_id"]
+    assert Wake.objects.get(pk=theirs["wake_id"]).token_hash == engine.hash_token(victim_token)  # not rotated
+    django_wakes.resolve(victim_token, {"approved": True}, actor="demo")  # the victim's link still works
+    django_wakes.run_due()
+    assert ("a:b", {"trigger": "on_approval", "answer": {"approved": True}, "resolved_by": "demo"}) in spawned
+
+
+@pytest.mark.parametrize(("session_id", "tool_call_id"), [("user", "42:functions.x:0"), ("user:42:functions.x", "0")])
+def test_keys_of_colon_separated_ids_are_all_distinct(clock, session_id, tool_call_id):
+    followup(session_id="user:42", tool_call_id="functions.x:0")
+    created = followup("another note", session_id=session_id, tool_call_id=tool_call_id)
+    assert Wake.objects.filter(pk=created["wake_id"], session_id=session_id).exists()
+    assert len(set(Wake.objects.values_list("idempotency_key", flat=True))) == Wake.objects.count()
 
 
 def test_a_long_tool_call_id_is_hashed_into_a_storable_key(clock):

@@ -613,17 +613,20 @@ class _Call:
 
     @property
     def idempotency_key(self) -> str | None:
-        """``tool:<session>:<tool_call_id>``, or its SHA-256 when that is no storable key.
+        """``tool:<len>:<workspace>:<len>:<session>:<tool_call_id>``, or a SHA-256 when that is no storable key.
 
-        The session is in the key (the engine's keys are per workspace), so a reused call id can
-        never return another session's wake.
+        Workspace and session are written with their lengths, so ids with colons in them can never
+        make two calls one key (with ``tool:<session>:<id>``, session ``a:b`` + call ``c`` was session
+        ``a`` + call ``b:c``, and one session got the other's wake). The hash is of the three as a
+        JSON list, as unambiguous. The engine refuses a key naming another session's wake besides.
         """
         if self.tool_call_id is None:
             return None
-        readable = f"tool:{self.session_id}:{self.tool_call_id}"
+        workspace, session = self.workspace_id, self.session_id
+        readable = f"tool:{len(workspace)}:{workspace}:{len(session)}:{session}:{self.tool_call_id}"
         if len(readable) <= 200 and _bad_text(readable) is None:
             return readable
-        digest = hashlib.sha256(f"{self.session_id}\x00{self.tool_call_id}".encode(errors="surrogatepass"))
+        digest = hashlib.sha256(json.dumps([workspace, session, self.tool_call_id]).encode())
         return f"tool:sha256:{digest.hexdigest()}"
 
     @property
@@ -642,23 +645,26 @@ class _Call:
 
     def create(self, create: Callable[..., Any], **kwargs: Any) -> Any:
         """Call an engine create function for this session; refuse a tool_call_id reused for another call."""
-        made = create(
-            **{
-                "workspace_id": self.workspace_id,
-                "session_id": self.session_id,
-                "intent": self.intent(),
-                "idempotency_key": self.idempotency_key,
-                **kwargs,
-                **AGENT_CALL_OPTIONS,
-            }
-        )
+        from ..exceptions import IdempotencyConflict
+
+        reused = f"tool_call_id {self.tool_call_id!r} was already used for another call in session {self.session_id!r}"
+        try:
+            made = create(
+                **{
+                    "workspace_id": self.workspace_id,
+                    "session_id": self.session_id,
+                    "intent": self.intent(),
+                    "idempotency_key": self.idempotency_key,
+                    **kwargs,
+                    **AGENT_CALL_OPTIONS,
+                }
+            )
+        except IdempotencyConflict as exc:  # the engine returned and rotated nothing
+            raise ValueError(f"{reused}: a tool_call_id must identify one call") from exc
         wake = getattr(made, "wake", made)
         stored = wake.intent.get("call_digest") if isinstance(wake.intent, dict) else None
         if self.tool_call_id is not None and stored != self.digest:
-            raise ValueError(
-                f"tool_call_id {self.tool_call_id!r} was already used for another call in session "
-                f"{self.session_id!r} (wake {wake.pk}): a tool_call_id must identify one call"
-            )
+            raise ValueError(f"{reused} (wake {wake.pk}): a tool_call_id must identify one call")
         return made
 
     def own_wakes(self) -> WakeQuerySet:

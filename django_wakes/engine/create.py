@@ -20,7 +20,7 @@ from django.db.models.sql import InsertQuery
 from .. import clock, events, signals
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
-from ..exceptions import InvalidWake, UnknownKind, WakeError
+from ..exceptions import IdempotencyConflict, InvalidWake, UnknownKind, WakeError
 from ..logs import about
 from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, State, TriggerType, Wake, WatchedKey
 from ..schedules import recurrence
@@ -140,7 +140,7 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
             if idem is not None:
                 existing = manager.filter(workspace_id=workspace, idempotency_key=idem).first()
                 if existing is not None:
-                    return existing
+                    return replayed(existing, fields)
             if slot is not None:
                 holder = (
                     manager.pending()
@@ -170,7 +170,7 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
                 if idem is not None:
                     existing = manager.filter(workspace_id=workspace, idempotency_key=idem).first()
                     if existing is not None:
-                        return existing
+                        return replayed(existing, fields)
                 if slot is not None:
                     existing = manager.filter(coalesce_key=slot).first()
                     if existing is not None:
@@ -239,6 +239,26 @@ def _insert_and_notify(using: str, wake: Wake) -> tuple[str, list[Any]]:
         sql = f"WITH w AS ({insert_sql}) SELECT w.id, pg_notify('{notify.CHANNEL}', %s) FROM w"  # noqa: S608
         found = _insert_statements[using] = (sql, fields)
     return found
+
+
+def replayed(existing: Wake, fields: Mapping[str, Any]) -> Wake:
+    """Return the wake an idempotency key found, if it is the caller's to have back; raise otherwise.
+
+    Keys are per workspace, and within one the wake must be the same session's (or, both without a
+    session, host code's): another session reusing a key, by accident or by crafting it, gets
+    :class:`~django_wakes.exceptions.IdempotencyConflict`, never that session's wake.
+    """
+    refuse_other_session(existing.session_id, fields)
+    return existing
+
+
+def refuse_other_session(session_id: str | None, fields: Mapping[str, Any]) -> None:
+    """Raise :class:`~django_wakes.exceptions.IdempotencyConflict` unless ``session_id`` is the caller's."""
+    if session_id != fields.get("session_id"):
+        raise IdempotencyConflict(
+            f"idempotency_key {fields.get('idempotency_key')!r:.80} already names a wake of another session "
+            "(or of none) in this workspace: it is not this caller's to replay"
+        )
 
 
 def _announce_created(using: str, wakes: list[Wake], *, notified: bool | None = None) -> None:
@@ -464,10 +484,11 @@ def _insert_many(
         if idem is not None:
             holder = existing.get((fields["workspace_id"], idem))
             if holder is not None:
-                results[position] = holder
+                results[position] = replayed(holder, fields)
                 continue
             first = keyed[(fields["workspace_id"], idem)][0]
-            if first != position:  # the same key earlier in this call: that wake
+            if first != position:  # the same key earlier in this call: that wake, if for the same session
+                refuse_other_session(planned[first][0].get("session_id"), fields)
                 continue
         wake = Wake(
             **{"max_attempts": wakes_settings.max_attempts, **fields}, coalesce_key=None, created_at=now, updated_at=now
@@ -618,8 +639,12 @@ def request_approval(
     """Create a wake that fires when a human answers; return it with its one-time token.
 
     Only the token's hash is stored, so the token exists only in this return value. A retried
-    create with the same ``idempotency_key`` returns the existing wake with a fresh token that is
-    then the valid one (the old one cannot be recovered from the hash). ``on_expiry``: the answer
+    create with the same ``idempotency_key`` (the same session, prompt and intent) returns the
+    existing wake with a fresh token that is then the valid one (the old one cannot be recovered
+    from the hash); once answered, its token is not renewed. A key naming anything else (another
+    session's wake, a wake that is no approval, an approval asking another prompt or carrying
+    another intent) raises :class:`~django_wakes.exceptions.IdempotencyConflict` and rotates
+    nothing. ``on_expiry``: the answer
     delivered (marked ``"defaulted": True``) when no one answers in time, e.g. ``{"approved": False}``;
     without it the sink is told ``{"expired": True}``.
     """
@@ -650,10 +675,16 @@ def request_approval(
     )
     wake = create_wake(fields, budget=budget, now=now)
     if wake.token_hash != fields["token_hash"]:
-        # An idempotent replay: rotate the token on the existing, still-unanswered approval.
+        # An idempotent replay (create_wake checked the session): rotate the token on the existing,
+        # still-unanswered approval, if it is this very request.
+        if wake.trigger_type != TriggerType.ON_APPROVAL or wake.prompt != prompt or wake.intent != fields["intent"]:
+            raise IdempotencyConflict(
+                f"idempotency_key {idempotency_key!r:.80} already names another request in this workspace "
+                "(not an approval, or another prompt or intent): its token is not renewed"
+            )
         rotated = (
             Wake.objects.using(db_alias())
-            .filter(pk=wake.pk, state=State.PENDING, fire_at__isnull=True)
+            .filter(pk=wake.pk, session_id=wake.session_id, state=State.PENDING, fire_at__isnull=True)
             .update(token_hash=fields["token_hash"], updated_at=now)
         )
         if rotated:
