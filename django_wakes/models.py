@@ -166,6 +166,16 @@ class Wake(models.Model):
     depth = models.PositiveIntegerField(
         _("depth"), default=0, help_text=_("How many sinks deep: a wake created while another fires is one deeper.")
     )
+    trace_context = models.JSONField(
+        _("trace context"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The OpenTelemetry context of the span that created it (a W3C traceparent carrier): every "
+            "attempt's fire span continues that trace. Empty without the [otel] extra and a tracer provider."
+        ),
+    )
     scratch = models.JSONField(
         _("scratch"),
         null=True,

@@ -17,6 +17,10 @@ recorded by different processes on one machine are comparable.
     (bounded by ``WAKES_PROBE_BLOCK_SECONDS``, default 300) — a runner stuck mid-sink — and writes a
     ``released`` line; then, if ``WAKES_PROBE_LATE_ERROR="1"``, raises, so an unfenced late settle
     would be visible.
+``probe.trace``
+    For ``tests/test_tracing.py``: opens an OpenTelemetry span of its own (``probe.work``), schedules a
+    ``probe.trace`` wake from inside the sink if its intent says ``spawn``, returns ``Retry`` (due
+    again in 0.2 s) while its attempt number is at most ``retries``, then raises if ``fail``.
 ``probe.intent``
     Does what its wake's ``intent`` says, so each test decides per wake: a ``start`` line *before*
     anything else (a process killed mid-sink leaves a start without an end), then a sleep of
@@ -164,3 +168,23 @@ def poison(wake: Any, result: dict[str, Any]) -> None:
     """
     ledger(wake, result)
     os.kill(os.getpid(), 9)  # SIGKILL: no handler, no cleanup, no settle
+
+
+@sink("probe.trace")
+def trace_probe(wake: Any, result: dict[str, Any]) -> Any:
+    """A sink with a span of its own, a wake it creates, retries and a failure, as its intent says."""
+    from datetime import timedelta
+
+    from opentelemetry import trace
+
+    from django_wakes import Retry, clock, schedule
+
+    steer = wake.intent if isinstance(wake.intent, dict) else {}
+    with trace.get_tracer("probe").start_as_current_span("probe.work", attributes={"probe.wake": wake.pk}):
+        if steer.get("spawn") and wake.attempts == 1:
+            schedule(workspace_id=wake.workspace_id, kind="probe.trace", delay="0s", intent={"spawned_by": wake.pk})
+    if wake.attempts <= steer.get("retries", 0):
+        return Retry(at=clock.now() + timedelta(milliseconds=200), reason="again")
+    if steer.get("fail"):
+        raise RuntimeError("probe.trace fails on purpose")
+    return None

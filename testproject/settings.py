@@ -127,6 +127,12 @@ if os.environ.get("WAKES_PUSH_DATABASE_URL"):
     DATABASES["push"] = database_from_url(os.environ["WAKES_PUSH_DATABASE_URL"])
     WAKES["PUSH_DATABASE"] = "push"
 
+# WAKES_TEST_OTEL_SPANS: this process exports its OpenTelemetry spans to that file (tests/test_tracing.py).
+if os.environ.get("WAKES_TEST_OTEL_SPANS"):
+    from testproject.otel import export_spans_to
+
+    export_spans_to(os.environ["WAKES_TEST_OTEL_SPANS"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

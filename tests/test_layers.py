@@ -25,6 +25,7 @@ VOCABULARY = {
     "events",
     "exceptions",
     "logs",
+    "tracing",
     "models",
     "querysets",
     "receipts",

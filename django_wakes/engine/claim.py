@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
-from .. import clock, signals
+from .. import clock, signals, tracing
 from ..conf import wakes_settings
 from ..logs import about
 from ..models import Fence, Outcome, State, TriggerType, Wake, WakeAttempt
@@ -44,6 +44,8 @@ class Claim:
     started_at: datetime
     expired: bool
     takeover: bool = False
+    #: This claim's ``wakes.fire`` span while tracing (:mod:`django_wakes.tracing`), else None.
+    trace: Any = field(default=None, repr=False, compare=False)
 
     @property
     def result(self) -> dict[str, Any]:
@@ -66,7 +68,25 @@ def claim_batch(
     whenever that statement leaves work for Python, it is :func:`_claim_in_steps`. A deadlock or lock
     timeout between racing runners rolls the pass back: nothing is claimed and the caller simply runs
     its next pass.
+
+    While tracing (:mod:`django_wakes.tracing`) each claim starts its ``wakes.fire`` span here.
     """
+    if not tracing.enabled():
+        return _claim_batch(runner_id=runner_id, limit=limit, lanes=lanes, lease=lease, queues=queues)
+    started = tracing.now_ns()
+    claims = _claim_batch(runner_id=runner_id, limit=limit, lanes=lanes, lease=lease, queues=queues)
+    tracing.claimed(claims, started, tracing.now_ns())
+    return claims
+
+
+def _claim_batch(
+    *,
+    runner_id: str,
+    limit: int | None,
+    lanes: list[str] | None,
+    lease: timedelta | None,
+    queues: list[str] | None,
+) -> list[Claim]:
     limit = limit or wakes_settings.batch
     now = clock.now()
     kinds = registry.kinds()
@@ -354,7 +374,10 @@ def take_over_lapsed(
         with transaction.atomic(using=using):
             return _take_over_lapsed(using, clock.now(), kinds, limit, runner_id, lease, queues)
 
-    return retry_rolled_back("recovery pass", one_pass)
+    started = tracing.now_ns()
+    claims = retry_rolled_back("recovery pass", one_pass)
+    tracing.claimed(claims, started, tracing.now_ns())
+    return claims
 
 
 def _take_over_lapsed(

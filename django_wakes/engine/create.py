@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models.sql import InsertQuery
 
-from .. import clock, events, signals
+from .. import clock, events, signals, tracing
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import IdempotencyConflict, InvalidWake, UnknownKind, WakeError
@@ -103,7 +103,12 @@ def session_lane(session_id: str) -> str:
 
 
 def create_wake(
-    fields: dict[str, Any], *, coalesce: bool = False, budget: bool = False, now: datetime | None = None
+    fields: dict[str, Any],
+    *,
+    coalesce: bool = False,
+    budget: bool = False,
+    now: datetime | None = None,
+    follows: Mapping[str, Any] | None = None,
 ) -> Wake:
     """Insert a wake built from validated ``fields``; idempotent and coalescing creates return the holder.
 
@@ -111,6 +116,9 @@ def create_wake(
     INSERT fails inside a savepoint and it reads the winner's row instead. A wake for a stopped
     session is refused; with ``budget`` (made for an agent) the budgets are enforced under the
     session's lock. A wake created while a sink runs is one deeper than the wake it fires for.
+
+    While tracing, the insert is a ``wakes.create`` span whose context the wake keeps (``follows``:
+    a chain's previous occurrence's, linked from a new trace; :mod:`django_wakes.tracing`).
     """
     if "depth" not in fields:
         parent = firing_wake.get()
@@ -119,9 +127,14 @@ def create_wake(
     # caller's own transaction surrounds this one (then it is the caller's to retry).
     # ``now``: the caller's "now" (its delays count from it), so a budget's minimum delay is exact.
     asked = now
-    return retry_rolled_back(
-        "creating a wake", lambda: _create_wake(fields, coalesce=coalesce, budget=budget, now=asked or clock.now())
-    )
+    with tracing.creating(fields, follows=follows) as carrier:
+        if carrier is not None:
+            fields = {**fields, "trace_context": carrier}
+        wake = retry_rolled_back(
+            "creating a wake", lambda: _create_wake(fields, coalesce=coalesce, budget=budget, now=asked or clock.now())
+        )
+        tracing.created(wake)
+    return wake
 
 
 def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: datetime) -> Wake:
@@ -439,7 +452,10 @@ def schedule_many(items: Iterable[Mapping[str, Any]], **common: Any) -> list[Wak
     if not planned:
         return []
     using = db_alias()
-    return retry_rolled_back("creating wakes", lambda: _create_many(using, planned, now))
+    with tracing.creating(planned[0][0], count=len(planned)) as carrier:
+        if carrier is not None:
+            planned = [({**fields, "trace_context": carrier}, coalesce, budget) for fields, coalesce, budget in planned]
+        return retry_rolled_back("creating wakes", lambda: _create_many(using, planned, now))
 
 
 #: Rows per multi-row INSERT of :func:`schedule_many`.
@@ -725,4 +741,6 @@ def book_occurrence(wake: Wake, slot: datetime, end_at: datetime | None, *, paus
     The row carries the idempotency key :func:`~django_wakes.schedules.recurrence.chain_key`, so booking one
     slot twice (a replayed settle, two runners) yields one row.
     """
-    return create_wake(recurrence.occurrence_fields(wake, slot, end_at, paused_at=paused_at))
+    return create_wake(
+        recurrence.occurrence_fields(wake, slot, end_at, paused_at=paused_at), follows=wake.trace_context or {}
+    )

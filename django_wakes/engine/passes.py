@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Max, Min
 
-from .. import clock
+from .. import clock, tracing
 from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..logs import about
@@ -113,6 +113,7 @@ def fire_claims(
     report = RunReport(claimed=len(claims))
 
     def settled(claim: Claim, outcome: FireOutcome) -> None:
+        tracing.finished(claim, outcome.outcome)
         report.add(claim.wake.pk, outcome)
         if on_settled is not None:
             on_settled(claim, outcome)

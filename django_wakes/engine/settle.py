@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import F
 
-from .. import clock, signals
+from .. import clock, signals, tracing
 from ..conf import wakes_settings
 from ..durations import parse_duration
 from ..exceptions import InvalidWake
@@ -66,7 +66,9 @@ class Succeeded:
 def fire(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome:
     """Run the sink for a claimed wake, then settle it under the claim's fence token."""
     ran = run_sink(claim, tries=tries)
-    return settle_successes([ran], tries=tries)[0] if isinstance(ran, Succeeded) else ran
+    outcome = settle_successes([ran], tries=tries)[0] if isinstance(ran, Succeeded) else ran
+    tracing.finished(claim, outcome.outcome)
+    return outcome
 
 
 def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Succeeded:
@@ -84,7 +86,8 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
         return ready
     running = firing_wake.set(claim.wake)
     try:
-        returned = call_sink(ready, claim.wake, dict(claim.result))
+        with tracing.sink(claim):
+            returned = call_sink(ready, claim.wake, dict(claim.result))
     except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
         return sink_raised(claim, exc, tries=tries)
     finally:
@@ -139,16 +142,18 @@ def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBAC
     )
     error = _format_error(exc)
     error_type = _error_type(exc)
-    return retry_rolled_back(
-        f"settling wake {wake.pk}", lambda: _settle_failure(claim, error, error_type=error_type), tries=tries
-    )
+    with tracing.settling(claim):
+        return retry_rolled_back(
+            f"settling wake {wake.pk}", lambda: _settle_failure(claim, error, error_type=error_type), tries=tries
+        )
 
 
 def sink_returned(claim: Claim, returned: Any, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome | Succeeded:
     """Settle at once a sink's ``Retry``/``Defer`` (or an invalid scratch); return a success for batching."""
     label = f"settling wake {claim.wake.pk}"
     if isinstance(returned, Retry | Defer):
-        return retry_rolled_back(label, lambda: _settle_returned(claim, returned), tries=tries)
+        with tracing.settling(claim):
+            return retry_rolled_back(label, lambda: _settle_returned(claim, returned), tries=tries)
     marker = isinstance(returned, Stop | Done)
     scratch = returned.scratch if marker else KEEP
     output = returned.output if marker else KEEP
@@ -157,7 +162,8 @@ def sink_returned(claim: Claim, returned: Any, *, tries: int | None = ROLLBACK_T
         output = output if output is KEEP else json_value(output, name="output")
     except InvalidWake as exc:
         error = f"the sink returned an invalid {type(returned).__name__}: {exc}"
-        return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
+        with tracing.settling(claim):
+            return retry_rolled_back(label, lambda: _settle_failure(claim, error), tries=tries)
     return Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now(), scratch=scratch, output=output)
 
 
@@ -176,7 +182,12 @@ def settle_successes(done: list[Succeeded], *, tries: int | None = ROLLBACK_TRIE
     """
     if not done:
         return []
-    return retry_rolled_back(f"settling {len(done)} fired wake(s)", lambda: _settle_successes(done), tries=tries)
+    traced = [d.claim for d in done if d.claim.trace is not None]
+    started = tracing.now_ns() if traced else 0
+    outcomes = retry_rolled_back(f"settling {len(done)} fired wake(s)", lambda: _settle_successes(done), tries=tries)
+    if traced:
+        tracing.settled_together(traced, started, tracing.now_ns())
+    return outcomes
 
 
 def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from .. import engine
+from .. import engine, tracing
 from ..engine import Claim
 from ..engine.shared import drop_broken_connections, firing_wake
 from ..logs import running_as
@@ -89,7 +89,8 @@ class AsyncFirer:
     async def _fire(self, claim: Claim, sink_fn: Any) -> None:
         running = firing_wake.set(claim.wake)
         try:
-            returned = await sink_fn(claim.wake, dict(claim.result))
+            with tracing.sink(claim):
+                returned = await sink_fn(claim.wake, dict(claim.result))
         except BaseException as exc:  # noqa: BLE001 - settled as a failed attempt (CancelledError too)
             self._done.put((claim, None, exc))
         else:

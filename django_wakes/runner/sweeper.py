@@ -30,7 +30,7 @@ from types import FrameType
 
 from django.db import connections
 
-from .. import clock, engine
+from .. import clock, engine, tracing
 from ..conf import wakes_settings
 from ..engine import TRANSIENT_ERRORS, Claim, RunReport, notify, runners
 from ..engine.shared import drop_broken_connections
@@ -202,6 +202,7 @@ class Sweeper:
         Only if it is still the claim in hand for its wake: this runner may have re-claimed the wake
         (its own lease lapsed) and a newer claim's bookkeeping must survive the older one's settle.
         """
+        tracing.finished(claim, outcome.outcome)
         wake_id = claim.wake.pk
         with self._in_hand_lock:
             started = None
