@@ -44,6 +44,9 @@ _api: ModuleType | None = None  # opentelemetry.trace, once loaded
 _checked = False
 _provider: Any = None  # use_provider()'s, else the global one
 _tracers: dict[int, Any] = {}
+_global: tuple[float, Any] = (0.0, None)  # (when to look for a global provider again, its tracer)
+#: While no global tracer provider is set, how often (seconds) to look again.
+RECHECK_SECONDS = 1.0
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()  # every hook's answer when tracing is off
 
 
@@ -62,24 +65,44 @@ def _load() -> ModuleType | None:
 
 def use_provider(provider: Any) -> None:
     """Trace to ``provider`` instead of the global tracer provider (``None``: back to the global one)."""
-    global _provider
+    global _provider, _global
     _provider = provider
     _tracers.clear()
+    _global = (0.0, None)
 
 
 def tracer() -> Any:
-    """This package's tracer, or ``None`` when tracing is off (no API, or no provider configured)."""
+    """This package's tracer, or ``None`` when tracing is off (no API, or no provider configured).
+
+    Asked per wake, so it is cheap: the global provider is looked up again at most once every
+    :data:`RECHECK_SECONDS` while there is none (a provider set after start-up is picked up within
+    that), and never again once there is one (OpenTelemetry sets the global provider once).
+    """
+    global _global
     api = _load()
     if api is None:
         return None
-    provider = _provider if _provider is not None else api.get_tracer_provider()
+    if _provider is not None:
+        return _tracer_of(_provider)
+    recheck_at, found = _global
+    if found is not None:
+        return found
+    now = time.monotonic()
+    if now < recheck_at:
+        return None
+    provider = api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
-        return None  # the API alone: spans would be no-ops and carry no context worth storing
+        _global = (now + RECHECK_SECONDS, None)  # the API alone: spans would be no-ops, with no context to keep
+        return None
+    found = _tracer_of(provider)
+    _global = (0.0, found)
+    return found
+
+
+def _tracer_of(provider: Any) -> Any:
     found = _tracers.get(id(provider))
     if found is None:
-        from . import __version__
-
-        found = _tracers[id(provider)] = provider.get_tracer(SCOPE, __version__)
+        found = _tracers[id(provider)] = provider.get_tracer(SCOPE)
     return found
 
 
