@@ -3,7 +3,7 @@
 | id | problem |
 | --- | --- |
 | E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, BACKOFF) is not valid |
-| E002 | a hook (SPAWN_TURN, AUTHORIZE, API_AUTH) is neither a callable nor an importable dotted path |
+| E002 | a hook (SPAWN_TURN, AUTHORIZE, SESSION_BUSY, API_AUTH, ON_APPROVAL, MCP_AUTH) is no callable or dotted path |
 | E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES, RETAIN_MAX) is not a positive integer |
 | E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
 | E005 | SINKS is not a dict of kind -> callable or importable dotted path |
@@ -60,7 +60,7 @@ DURATIONS = {
 #: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
 NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
 POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES", "RETAIN_MAX")
-HOOKS = ("SPAWN_TURN", "AUTHORIZE", "SESSION_BUSY", "API_AUTH")
+HOOKS = ("SPAWN_TURN", "AUTHORIZE", "SESSION_BUSY", "API_AUTH", "ON_APPROVAL", "MCP_AUTH")
 
 
 @register(Tags.compatibility)

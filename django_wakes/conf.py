@@ -31,6 +31,10 @@ Defaults (every key optional)::
         "METRICS_TOKENS": [],     # bearer tokens a Prometheus scraper may send to metrics/ (staff who may
                                   # view wakes can always read it); several for rotation (docs/operations.md)
         "PERIODIC": [],           # periodic tasks: [{"task": "dotted.path", "cron": ..., ...}] (docs/tasks.md)
+        "ON_APPROVAL": None,      # dotted path of fn(wake, token): where the agent tools' approval tokens go
+                                  # when dispatch() is given no on_approval (always, for the MCP server)
+        "MCP_AUTH": None,         # dotted path of fn(request) -> (workspace_id, session_id) | None: who calls
+                                  # the MCP endpoint mcp/ (None: the endpoint answers 404) (docs/agents.md)
     }
 """
 
@@ -68,6 +72,8 @@ DEFAULTS: dict[str, Any] = {
     "API_AUTH": None,
     "METRICS_TOKENS": [],
     "PERIODIC": [],
+    "ON_APPROVAL": None,
+    "MCP_AUTH": None,
 }
 
 
@@ -189,6 +195,14 @@ class WakesSettings:
     @property
     def api_auth(self) -> Callable[..., Any] | None:
         return _hook(self.get("API_AUTH"))
+
+    @property
+    def on_approval(self) -> Callable[..., Any] | None:
+        return _hook(self.get("ON_APPROVAL"))
+
+    @property
+    def mcp_auth(self) -> Callable[..., Any] | None:
+        return _hook(self.get("MCP_AUTH"))
 
     @property
     def metrics_tokens(self) -> list[str]:

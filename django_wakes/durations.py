@@ -43,3 +43,22 @@ def parse_duration(value: Duration, *, name: str = "duration", allow_zero: bool 
     if delta < timedelta(0) or (not allow_zero and delta == timedelta(0)):
         raise InvalidDuration(f"{name}: must be {'positive' if not allow_zero else 'non-negative'}, got {value!r}")
     return delta
+
+
+_PLAIN_UNITS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1))
+
+
+def plain_duration(delta: timedelta) -> str:
+    """Return ``delta`` in words for people and models: "90 days", "10 seconds", "1 hour 30 minutes".
+
+    Days are the largest unit (a week is "7 days"); below a millisecond is rounded away; zero is
+    "0 seconds". ``str(timedelta)`` ("90 days, 0:00:00") is what a model must not be asked to read.
+    """
+    sign = "-" if delta < timedelta(0) else ""
+    left = round(abs(delta) / timedelta(milliseconds=1))
+    parts = []
+    for name, size in _PLAIN_UNITS:
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count:,} {name}{'' if count == 1 else 's'}")
+    return sign + (" ".join(parts) if parts else "0 seconds")

@@ -41,6 +41,7 @@ KEYWORDS = {
     "maximum",
     "minLength",
     "maxLength",
+    "pattern",
     "description",
 }
 
@@ -73,7 +74,7 @@ def test_every_schema_is_a_closed_object_whose_properties_are_typed_and_describe
         schema = definition["input_schema"]
         assert schema["type"] == "object"
         assert schema["additionalProperties"] is False
-        assert set(schema) <= KEYWORDS
+        assert set(schema) <= KEYWORDS | {"if", "then", "else"}
         assert set(schema["required"]) <= set(schema["properties"])
         assert len(definition["description"]) > 100, definition["name"]
         for field, prop in schema["properties"].items():
@@ -97,7 +98,7 @@ def test_the_schemas_say_what_the_brief_asks():
     assert schemas["watch_event"]["required"] == ["event_key"]
     assert set(schemas["watch_event"]["properties"]) == {"event_key", "expires_in", "note"}
     assert schemas["request_approval"]["required"] == ["prompt", "expires_in"]
-    assert schemas["request_approval"]["properties"]["on_timeout"]["enum"] == ["reject", "approve", "notify"]
+    assert schemas["request_approval"]["properties"]["on_timeout"]["enum"] == ["notify", "reject", "approve"]
     assert schemas["cancel_wake"]["properties"]["wake_id"] == {
         "type": "integer",
         "minimum": 1,
@@ -115,7 +116,12 @@ def test_anthropic_and_openai_shapes():
     for a, o in zip(anthropic, openai, strict=True):
         assert set(a) == {"name", "description", "input_schema"}
         assert set(o) == {"type", "function"} and o["type"] == "function"
-        assert o["function"] == {"name": a["name"], "description": a["description"], "parameters": a["input_schema"]}
+        assert o["function"] == {
+            "name": a["name"],
+            "description": a["description"],
+            "parameters": a["input_schema"],
+            "strict": False,
+        }
 
 
 def test_a_host_offers_some_tools_and_gets_fresh_copies():
@@ -302,22 +308,22 @@ BAD_CALLS = [
     ("list_wakes", {f"x{i}": i for i in range(9)}, "invalid_arguments", "x0", '"x4", ...'),
     ("schedule_followup", {"delay": "3d"}, "invalid_arguments", "note", "missing"),
     ("schedule_followup", {"delay": 3, "note": "x"}, "invalid_arguments", "delay", "string"),
-    ("schedule_followup", {"delay": None, "note": "x"}, "invalid_arguments", "delay", "omit"),
+    ("schedule_followup", {"delay": None, "note": "x"}, "invalid_arguments", None, "exactly one"),
     ("schedule_followup", {"delay": "3 days", "note": "x"}, "invalid_arguments", "delay", "1h30m"),
     ("schedule_followup", {"delay": "3d", "note": "   "}, "invalid_arguments", "note", "blank"),
     ("schedule_followup", {"delay": "3d", "note": "a\x00b"}, "invalid_arguments", "note", "NUL"),
     ("schedule_followup", {"delay": "3d", "note": "\ud800"}, "invalid_arguments", "note", "surrogate"),
     ("schedule_followup", {"delay": "3d", "note": "x" * 4001}, "invalid_arguments", "note", "4000"),
-    ("schedule_followup", {"delay": "99999999999d", "note": "x"}, "invalid_arguments", "delay", "delay"),
+    ("schedule_followup", {"delay": "99999999999d", "note": "x"}, "too_far", "delay", "delay"),
     ("schedule_followup", {"note": "x"}, "invalid_arguments", None, "exactly one"),
     ("schedule_followup", {"delay": "1h", "cron": "0 9 * * *", "note": "x"}, "invalid_arguments", None, "exactly one"),
     ("schedule_followup", {"at": "2030-01-02T09:00:00", "note": "x"}, "invalid_arguments", "at", "offset"),
-    ("schedule_followup", {"at": "tomorrow 9am", "note": "x"}, "invalid_arguments", "at", "ISO 8601"),
-    ("schedule_followup", {"at": "2029-06-01T09:00:00Z", "note": "x"}, "invalid_arguments", "at", "2030-01-01"),
-    ("schedule_followup", {"at": "0001-01-01T00:00:00+01:00", "note": "x"}, "invalid_arguments", "at", "range"),
+    ("schedule_followup", {"at": "tomorrow 9am", "note": "x"}, "invalid_arguments", "at", "RFC 3339"),
+    ("schedule_followup", {"at": "2029-06-01T09:00:00Z", "note": "x"}, "too_soon", "at", "2030-01-01"),
+    ("schedule_followup", {"at": "0001-01-01T00:00:00+01:00", "note": "x"}, "too_soon", "at", "past"),
     ("schedule_followup", {"delay": "1h", "tz": "UTC", "note": "x"}, "invalid_arguments", "tz", "cron"),
-    ("schedule_followup", {"cron": "0 9 * *", "note": "x"}, "invalid_arguments", "cron", "has 4 fields"),
-    ("schedule_followup", {"cron": "0 0 9 * * *", "note": "x"}, "invalid_arguments", "cron", "5 fields"),
+    ("schedule_followup", {"cron": "0 9 * *", "note": "x"}, "invalid_arguments", "cron", "5-field cron"),
+    ("schedule_followup", {"cron": "0 0 9 * * *", "note": "x"}, "invalid_arguments", "cron", "5-field cron"),
     ("schedule_followup", {"cron": "0 9 * * *", "tz": "Mars/Olympus", "note": "x"}, "invalid_arguments", "tz", "Mars"),
     (
         "schedule_followup",
@@ -335,7 +341,7 @@ BAD_CALLS = [
     ),
     ("watch_event", {}, "invalid_arguments", "event_key", "missing"),
     ("watch_event", {"event_key": "k" * 201}, "invalid_arguments", "event_key", "200"),
-    ("watch_event", {"event_key": "ci", "expires_in": "0s"}, "invalid_arguments", "expires_in", "positive"),
+    ("watch_event", {"event_key": "ci", "expires_in": "0s"}, "invalid_arguments", "expires_in", "longer than zero"),
     ("watch_event", {"event_key": ["a", "b"]}, "invalid_arguments", "event_key", "array"),
     ("request_approval", {"prompt": "Deploy?"}, "invalid_arguments", "expires_in", "missing"),
     (
@@ -403,12 +409,12 @@ def test_errors_the_engine_raises_map_to_codes_by_exception_class():
         pass
 
     def code(exc: WakeError) -> tuple[str, str | None]:
-        error = tools._engine_error(exc, ["cron", "note"]).as_result()["error"]
+        error = tools.engine_error(exc, ["cron", "note"]).as_result()["error"]
         return error["code"], error.get("field")
 
     assert code(BudgetExceeded("SESSION_MAX_LIVE: 20 live wakes")) == ("budget_exceeded", None)
     assert code(SessionStopped("session 's' is stopped; resume_session() it first")) == ("session_stopped", None)
-    message = tools._engine_error(SessionStopped("resume_session() it first"), []).message
+    message = tools.engine_error(SessionStopped("resume_session() it first"), []).message
     assert "resume_session" not in message and "stopped" in message
     assert code(SomethingNew("cron: no")) == ("invalid_arguments", "cron")
     assert code(InvalidWake("expires_at is not in the future")) == ("invalid_request", None)

@@ -16,7 +16,7 @@ from django.db import transaction
 
 from .. import clock
 from ..conf import wakes_settings
-from ..durations import parse_duration
+from ..durations import parse_duration, plain_duration
 from ..exceptions import BudgetExceeded, SessionStopped
 from ..models import LIVE_STATES, SessionControl, State, Wake, WorkspaceLock
 from ..sinks import SESSION_TURN
@@ -117,16 +117,17 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
     if fire_at is not None:
         soonest, latest = _duration_limit("SESSION_MIN_DELAY"), _duration_limit("SESSION_MAX_HORIZON")
         if soonest is not None and fire_at - now < soonest:
-            raise BudgetExceeded("session_min_delay", f"a wake must fire at least {soonest} from now")
+            raise BudgetExceeded("session_min_delay", f"a wake must fire at least {plain_duration(soonest)} from now")
         if latest is not None and fire_at - now > latest:
-            raise BudgetExceeded("session_max_horizon", f"a wake must fire within {latest} from now")
+            raise BudgetExceeded("session_max_horizon", f"a wake must fire within {plain_duration(latest)} from now")
     if session is not None:
         control = _lock_session(using, session, workspace, now)
         if control.stopped_at is not None:
             raise SessionStopped(f"session {session!r} is stopped; resume_session() it first")
         cooldown = _duration_limit("SESSION_COOLDOWN")
         if cooldown is not None and control.last_agent_wake_at and now - control.last_agent_wake_at < cooldown:
-            raise BudgetExceeded("session_cooldown", f"this session made a wake less than {cooldown} ago")
+            since = plain_duration(cooldown)
+            raise BudgetExceeded("session_cooldown", f"this session made a wake less than {since} ago")
         cap = _limit("SESSION_MAX_LIVE")
         if cap is not None:
             live = Wake.objects.using(using).filter(session_id=session, state__in=LIVE_STATES).count()

@@ -17,6 +17,7 @@ from django.db import IntegrityError, InterfaceError, InternalError, Operational
 from django.db.models import Model, QuerySet
 
 from .. import signals
+from ..durations import plain_duration
 from ..exceptions import InvalidDuration
 from ..logs import firing_wake as firing_wake  # re-exported: the engine's stages import both from here
 from ..logs import logger as logger
@@ -83,7 +84,7 @@ def after(now: datetime, delta: timedelta, *, name: str) -> datetime:
     try:
         return now + delta
     except OverflowError as exc:
-        raise InvalidDuration(f"{name}: {delta} from now is beyond the last representable date") from exc
+        raise InvalidDuration(f"{name}: {plain_duration(delta)} from now is beyond the year 9999") from exc
 
 
 def earliest(*moments: datetime | None) -> datetime | None:

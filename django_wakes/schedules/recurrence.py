@@ -235,7 +235,8 @@ def dst_policy(value: Any) -> DstPolicy:
 
 
 def _expand(values: list[Any], full: range) -> tuple[int, ...]:
-    return tuple(full) if values == ["*"] else tuple(sorted(int(v) for v in values))
+    """A field's values; a ``*`` anywhere in it (``0,*`` expands to ``['*', 0]``) is every value."""
+    return tuple(full) if "*" in values else tuple(sorted({int(v) for v in values}))
 
 
 @dataclass(frozen=True)
