@@ -32,6 +32,19 @@ _EXPORTS = {
     "resume_chain": "engine",
     "trigger_chain": "engine",
     "backfill_chain": "engine",
+    # Async twins (sync_to_async(thread_sensitive=True), as Django's own a* methods): engine/aio.py
+    "aschedule": "engine",
+    "aschedule_many": "engine",
+    "awatch": "engine",
+    "arequest_approval": "engine",
+    "adeliver_event": "engine",
+    "aresolve": "engine",
+    "acancel": "engine",
+    "astop_session": "engine",
+    "aresume_session": "engine",
+    "anudge_session": "engine",
+    "dispatch": "agents.dispatch",
+    "adispatch": "agents.dispatch",
     "preview": "schedules.recurrence",
     "DstPolicy": "schedules.recurrence",
     "once": "receipts",
@@ -67,9 +80,20 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .agents.dispatch import adispatch, dispatch  # noqa: F401
     from .engine import (  # noqa: F401
         ApprovalRequest,
         RunReport,
+        acancel,
+        adeliver_event,
+        anudge_session,
+        arequest_approval,
+        aresolve,
+        aresume_session,
+        aschedule,
+        aschedule_many,
+        astop_session,
+        awatch,
         backfill_chain,
         cancel,
         deliver_event,

@@ -11,6 +11,9 @@ Programs answer through ``django_wakes:approval_api`` (JSON, :mod:`django_wakes.
 events post to ``django_wakes:event_webhook`` (``events/<source>/``, signed, :mod:`django_wakes.web.webhooks`;
 every source is refused with 404 until ``WAKES["WEBHOOKS"]`` configures it).
 
+Agent runtimes reach the tools over MCP (streamable HTTP) at ``django_wakes:mcp`` (``mcp/``,
+:mod:`django_wakes.agents.mcp_server`; 404 until ``WAKES["MCP_AUTH"]`` is set).
+
 Prometheus scrapes ``django_wakes:metrics`` (``metrics/``, :mod:`django_wakes.console.metrics`) with a bearer
 token from ``WAKES["METRICS_TOKENS"]``; staff who may view wakes can read it in a browser.
 """
@@ -18,6 +21,7 @@ token from ``WAKES["METRICS_TOKENS"]``; staff who may view wakes can read it in 
 from django.contrib.auth.views import LoginView
 from django.urls import path
 
+from .agents import mcp_server
 from .console import metrics
 from .web import approval_api as api
 from .web import approval_pages as views
@@ -32,4 +36,5 @@ urlpatterns = [
     path("approvals/api/", api.approval_api, name="approval_api"),
     path("events/<str:source>/", webhooks.event_webhook, name="event_webhook"),
     path("metrics/", metrics.metrics_view, name="metrics"),  # Prometheus; bearer token or staff (metrics.py)
+    path("mcp/", mcp_server.mcp_view, name="mcp"),  # the agent tools over MCP; WAKES["MCP_AUTH"] (agents/)
 ]

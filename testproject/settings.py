@@ -108,6 +108,11 @@ WAKES = {
     "LEASE": os.environ.get("WAKES_LEASE", "5m"),
 }
 
+# The agent tools over MCP (tests/test_mcp.py starts servers with WAKES_TEST_MCP=1): sessions by bearer token,
+# approval links to testproject.wakes.on_approval.
+if os.environ.get("WAKES_TEST_MCP"):
+    WAKES.update(MCP_AUTH="testproject.wakes.mcp_auth", ON_APPROVAL="testproject.wakes.on_approval")
+
 # Django's Tasks framework runs on django-wakes (testproject/tasks.py): django.tasks on Django 6, the
 # django-tasks backport (an app) on Django 5.2. WAKES_TEST_PERIODIC (JSON) declares periodic tasks for
 # the runner processes of tests/test_tasks_processes.py.

@@ -24,6 +24,40 @@ def authorize(actor: Any, workspace_id: str) -> bool:
     return str(actor) == "demo" or str(actor) in workspace_id
 
 
+def mcp_auth(request: Any) -> tuple[str, str] | None:
+    """``WAKES["MCP_AUTH"]`` of the demo: a bearer token names one agent session.
+
+    A real host looks the token up in its own table of agent sessions; this one reads
+    ``WAKES_TEST_MCP_TOKENS`` (JSON ``{token: [workspace_id, session_id]}``), for the tests' servers.
+    """
+    import hmac
+    import json
+    import os
+
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    for known, identity in json.loads(os.environ.get("WAKES_TEST_MCP_TOKENS", "{}")).items():
+        if hmac.compare_digest(known.encode(), token.encode()):
+            return (identity[0], identity[1])
+    return None
+
+
+def on_approval(wake: Any, token: str) -> None:
+    """``WAKES["ON_APPROVAL"]`` of the demo: where a human would get the link (the tests read it back)."""
+    import json
+    import os
+
+    from django.urls import reverse
+
+    link = reverse("django_wakes:approve", args=[token])
+    print(f"  -> approval {wake.pk} for session {wake.session_id}: {link}", flush=True)
+    probe_dir = os.environ.get("WAKES_PROBE_DIR")
+    if probe_dir:
+        with open(os.path.join(probe_dir, "approvals.jsonl"), "a", encoding="utf-8") as out:
+            out.write(json.dumps({"wake_id": wake.pk, "token": token}) + "\n")
+
+
 @sink("demo.print")
 def print_intent(wake: Any, result: dict[str, Any]) -> None:
     print(f"  -> wake {wake.pk} ({wake.trigger_type}) fired with intent={wake.intent} result={result}", flush=True)

@@ -194,6 +194,31 @@ class Procs:
             proc.wait()
 
 
+def asgi_server(procs: Procs, **env: str) -> tuple[subprocess.Popen, str]:
+    """Start ``uvicorn testproject.asgi:application`` on a free loopback port; return it and its base URL."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = procs.start(
+        ["-m", "uvicorn", "testproject.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
+        name=f"uvicorn-{port}",
+        **env,
+    )
+
+    def up() -> bool:
+        procs.alive(server)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    wait_for(up, timeout=60, what="uvicorn to listen")
+    return server, f"http://127.0.0.1:{port}"
+
+
 @contextmanager
 def race(procs: Procs, action: str, payloads: list[dict[str, Any]], *, timeout: float = 90) -> Iterator[list]:
     """Start one child per payload, release them together, yield the list their results fill."""

@@ -15,6 +15,18 @@ Modules outside this package read wakes freely but change them only through thes
 
 from __future__ import annotations
 
+from .aio import (
+    acancel,
+    adeliver_event,
+    anudge_session,
+    arequest_approval,
+    aresolve,
+    aresume_session,
+    aschedule,
+    aschedule_many,
+    astop_session,
+    awatch,
+)
 from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
 from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, schedule_many, watch
 from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
@@ -47,6 +59,16 @@ from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
 
 __all__ = [
+    "acancel",
+    "adeliver_event",
+    "anudge_session",
+    "arequest_approval",
+    "aresolve",
+    "aresume_session",
+    "aschedule",
+    "aschedule_many",
+    "astop_session",
+    "awatch",
     "TRANSIENT_ERRORS",
     "backoff_delay",
     "drop_broken_connections",

@@ -123,7 +123,7 @@ class Command(BaseCommand):
     help = (
         "Look after the wake table: status (counts, what needs attention, runners), gc (delete old "
         "terminal wakes), sync-periodic (book periodic tasks' chains), preview (a schedule's next fire "
-        "times). 'wakes SUBCOMMAND --help' tells more."
+        "times), mcp (the agent tools over MCP on stdio). 'wakes SUBCOMMAND --help' tells more."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -174,12 +174,24 @@ class Command(BaseCommand):
             "--start", default=None, help="ISO date/time to start after (naive: in --tz; default now)."
         )
         preview.add_argument("--dst", default=None, help="DST policy, e.g. ambiguous=both,missing=skip (cron only).")
+        mcp = self._subcommand(
+            sub, "mcp", "Serve the agent tools to one session over MCP on stdin/stdout (pip install django-wakes[mcp])."
+        )
+        mcp.add_argument("--workspace", required=True, help="The session's workspace_id.")
+        mcp.add_argument("--session", required=True, help="The session_id whose wakes the tools make and see.")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "gc":
             self._gc(options["older_than"])
         elif action == "sync-periodic":
             self._sync_periodic()
+        elif action == "mcp":
+            from django_wakes.agents.mcp_server import serve_stdio
+
+            try:
+                serve_stdio(workspace_id=options["workspace"], session_id=options["session"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         elif action == "preview":
             self._preview(
                 cron=options["cron"],

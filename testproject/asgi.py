@@ -1,0 +1,11 @@
+"""The testproject as an ASGI application: ``uvicorn testproject.asgi:application`` (tests/test_async_api.py)."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+
+application = get_asgi_application()
