@@ -122,7 +122,12 @@ def build_server() -> Server[Any]:
     except ImportError as exc:  # pragma: no cover - the extra is installed where this is tested
         raise _sdk_missing() from exc
 
-    from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("django-wakes")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
+        release = ""
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool.model_validate(tool) for tool in mcp_tools()])
@@ -137,7 +142,7 @@ def build_server() -> Server[Any]:
 
     return Server(
         SERVER_NAME,
-        version=__version__,
+        version=release,
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
