@@ -147,3 +147,36 @@ def test_the_async_api_from_an_async_view_under_a_real_asgi_server(asgi_server, 
 
         seen = script(post)
     check_rows(seen)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_api_from_a_plain_asyncio_agent_loop(spawned):
+    """No Django request cycle: ``asyncio.run`` and concurrent calls, as an agent runtime's own loop makes them."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    async def agent_loop() -> list[dict[str, Any]]:
+        calls = [
+            django_wakes.adispatch(
+                "schedule_followup",
+                {"delay": f"{n + 1}h", "note": f"check {n}"},
+                workspace_id=WS,
+                session_id=f"loop-{n % 2}",
+                tool_call_id=f"call-{n}",
+            )
+            for n in range(6)
+        ]
+        results = await asyncio.gather(
+            *calls, django_wakes.adispatch("list_wakes", {}, workspace_id=WS, session_id="x")
+        )
+        await django_wakes.acancel(results[0]["wake_id"])
+        await sync_to_async(close_old_connections)()  # what a long-running loop does between turns
+        return list(results)
+
+    results = asyncio.run(agent_loop())
+    assert sorted(r["note"] for r in results[:6]) == [f"check {n}" for n in range(6)]
+    assert results[6] == {"wakes": [], "more": False, "now": results[6]["now"]}
+    assert Wake.objects.filter(state=State.PENDING).count() == 5
+    assert Wake.objects.get(pk=results[0]["wake_id"]).state == State.CANCELLED
