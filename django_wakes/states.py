@@ -97,6 +97,9 @@ class Outcome(models.TextChoices):
     """Its sink started, then the runner lost its lease (crash, kill, stall); another took over. Charged."""
     ABANDONED = "abandoned", _("abandoned (not charged)")
     """The runner lost its lease before its sink was known to start; another took over. Not charged."""
+    OUTAGE = "outage", _("database outage (not charged)")
+    """The sink raised because a database went away (connection lost or refused, server shutting down or
+    read-only): retried soon, not charged. See :func:`~django_wakes.transient.is_outage`."""
 
 
 class Disposition(StrEnum):
@@ -111,6 +114,7 @@ class Disposition(StrEnum):
     FAILED = Outcome.FAILED.value
     RETRY = Outcome.RETRY.value
     DEFERRED = Outcome.DEFERRED.value
+    OUTAGE = Outcome.OUTAGE.value
     DEAD = "dead"
     """The sink failed its last attempt: the wake is in the dead letter."""
     FENCED = "fenced"

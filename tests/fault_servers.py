@@ -509,17 +509,21 @@ SERVERS: dict[str, type[DatabaseServer]] = {"postgres": PostgresServer, "mariadb
 
 
 class TcpProxy:
-    """A TCP forwarder on a free port of 127.0.0.1 whose traffic can be frozen and thawed.
+    """A TCP forwarder on a free port of 127.0.0.1 whose traffic can be frozen and thawed, or cut.
 
     :meth:`pause` is a partition: connections stay open (no FIN, no RST), but no byte moves in
     either direction, and new connections are accepted but not connected through, until
     :meth:`resume`. What a client sent meanwhile arrives afterwards, as over a healed network.
+    :meth:`cut` is a server going away: every connection is reset, and new ones are reset as soon
+    as they are accepted, until :meth:`heal`.
     """
 
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
         self.connections = 0
+        self._refusing = False
+        self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
         self._done: asyncio.Event | None = None
@@ -545,6 +549,28 @@ class TcpProxy:
     def resume(self) -> None:
         self._call(lambda: self._flowing.set())  # type: ignore[union-attr]
 
+    def cut(self) -> None:
+        """Close every connection now and refuse new ones (accepted, then closed at once) until :meth:`heal`.
+
+        What a client sees when its server goes away: the connection it had breaks, and so does each
+        new one, as during a restart or a failover.
+        """
+
+        def apply() -> None:
+            self._refusing = True
+            for writer in list(self._writers):
+                writer.transport.abort()  # an RST: no goodbye, as when a server dies
+
+        self._call(apply)
+
+    def heal(self) -> None:
+        """Accept and connect through new connections again (after :meth:`cut`)."""
+
+        def apply() -> None:
+            self._refusing = False
+
+        self._call(apply)
+
     def stop(self) -> None:
         if self._thread.is_alive():
             self._call(lambda: (self._flowing.set(), self._done.set()))  # type: ignore[union-attr,func-returns-value]
@@ -568,6 +594,8 @@ class TcpProxy:
             tasks.add(task)
             try:
                 await self._connect_through(reader, writer)
+            except asyncio.CancelledError:
+                pass  # stop() ends the connections still open; asyncio would log a cancelled handler
             finally:
                 tasks.discard(task)
 
@@ -582,17 +610,24 @@ class TcpProxy:
     async def _connect_through(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         assert self._flowing is not None
         await self._flowing.wait()
+        if self._refusing:
+            client_writer.transport.abort()
+            return
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.close()
             return
         self.connections += 1
-        await asyncio.gather(
-            self._pump(client_reader, upstream_writer),
-            self._pump(upstream_reader, client_writer),
-            return_exceptions=True,
-        )
+        self._writers.update((client_writer, upstream_writer))
+        try:
+            await asyncio.gather(
+                self._pump(client_reader, upstream_writer),
+                self._pump(upstream_reader, client_writer),
+                return_exceptions=True,
+            )
+        finally:
+            self._writers.difference_update((client_writer, upstream_writer))
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self._flowing is not None

@@ -33,6 +33,7 @@ VOCABULARY = {
     "sinks",
     "states",
     "timeutil",
+    "transient",
     "validation",
     "migrations",
 }

@@ -15,6 +15,7 @@ from django_wakes.exceptions import InvalidIntent, InvalidWake, OnceInProgress, 
 from django_wakes.models import Receipt, ReceiptState
 from django_wakes.receipts import once
 
+from .connection_cuts import kill_connection, needs_a_server, through_proxy
 from .factories import ReceiptFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -215,3 +216,99 @@ def test_public_once_is_the_function_even_after_its_module_is_imported():
     from django_wakes import once as public
 
     assert callable(public) and public is once
+
+
+# -- a dropped connection: the effect that ran is recorded done once the database is back -----------
+
+
+def test_the_done_write_rides_through_a_connection_killed_after_fn_returned():
+    """The server ends the connection between ``fn()`` returning and the done-write (a failover would)."""
+    needs_a_server()
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        kill_connection()  # from here on, this thread's connection is dead
+        return {"charged": 42}
+
+    assert once("s", "charge", fn) == {"charged": 42}
+    receipt = Receipt.objects.get(session_id="s", key="charge")
+    assert (receipt.state, receipt.result) == (ReceiptState.DONE, {"charged": 42})
+    assert once("s", "charge", fn) == {"charged": 42}  # a replay: fn is not called again
+    assert len(calls) == 1
+
+
+def test_the_done_write_waits_for_a_database_that_is_away_and_records_it_when_it_is_back():
+    """Every connection reset and new ones refused for 1.5 s right after ``fn()``: done, not interrupted."""
+    needs_a_server()
+    calls = []
+    with through_proxy() as proxy:
+
+        def fn():
+            calls.append(time.monotonic())
+            proxy.cut()
+            threading.Timer(1.5, proxy.heal).start()
+            return "sent"
+
+        assert once("s", "email", fn) == "sent"
+        returned = time.monotonic()
+        assert proxy.connections >= 2  # it did reconnect through the proxy once healed
+    assert returned - calls[0] >= 1.5  # it could only record it once the database was back
+    receipt = Receipt.objects.get(session_id="s", key="email")
+    assert (receipt.state, receipt.result) == (ReceiptState.DONE, "sent")
+    assert once("s", "email", fn, wait=0) == "sent"
+    assert len(calls) == 1
+
+
+def test_a_receipt_is_released_through_a_cut_when_fn_raises():
+    needs_a_server()
+    with through_proxy() as proxy:
+
+        def fn():
+            proxy.cut()
+            threading.Timer(1.0, proxy.heal).start()
+            raise RuntimeError("card declined")
+
+        with pytest.raises(RuntimeError, match="card declined"):
+            once("s", "charge", fn)
+    assert not Receipt.objects.filter(session_id="s", key="charge").exists()
+    assert once("s", "charge", Effect("charged")) == "charged"  # released: a later call may try again
+
+
+def test_taking_the_receipt_rides_through_a_database_that_is_away():
+    """The database goes away before the receipt is taken: once() waits for it (up to ``wait``)."""
+    needs_a_server()
+    effect = Effect("done")
+    with through_proxy() as proxy:
+        proxy.cut()
+        threading.Timer(1.0, proxy.heal).start()
+        assert once("s", "k", effect, wait=30) == "done"
+    assert effect.calls == 1
+    assert Receipt.objects.get(session_id="s", key="k").state == ReceiptState.DONE
+
+
+def test_the_heartbeat_outlives_a_cut_and_renews_the_lease_after_it(settings):
+    """A heartbeat that meets a dropped connection keeps beating (no thread dies) and renews once healed."""
+    needs_a_server()
+    settings.WAKES = {**settings.WAKES, "ONCE_LEASE": "300ms"}  # a beat every 100 ms
+    leases = []
+
+    def read_lease():
+        return Receipt.objects.get(session_id="s", key="long").lease_until
+
+    with through_proxy() as proxy:
+
+        def long_effect():
+            before = read_lease()
+            proxy.cut()
+            time.sleep(0.6)  # several beats fail meanwhile
+            proxy.heal()
+            time.sleep(0.6)  # and later ones succeed
+            connections["default"].close()  # this thread's own connection was cut too
+            leases.append((before, read_lease()))
+            return "done"
+
+        assert once("s", "long", long_effect) == "done"
+    before, after = leases[0]
+    assert after > before + timedelta(milliseconds=600)

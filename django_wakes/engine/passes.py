@@ -60,6 +60,7 @@ _TALLY: dict[Disposition, tuple[str, ...]] = {
     Disposition.UNWAKEABLE: (),
     Disposition.SUPERSEDED: ("superseded",),
     Disposition.BUSY: ("deferred",),
+    Disposition.OUTAGE: ("deferred",),  # tried again soon, not charged: a "later", not a failure
 }
 
 

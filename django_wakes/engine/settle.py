@@ -29,7 +29,7 @@ from ..states import Disposition
 from ..timeutil import to_datetime
 from ..validation import json_value
 from . import create, sessions
-from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, logger, ms, retry_rolled_back
+from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
     from .claim import Claim
@@ -129,8 +129,17 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
 
 
 def sink_raised(claim: Claim, exc: BaseException, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome:
-    """Settle an attempt whose sink raised: retried with backoff, or dead after ``max_attempts``."""
+    """Settle an attempt whose sink raised: retried with backoff, or dead after ``max_attempts``.
+
+    A database outage inside the sink (:func:`~django_wakes.transient.is_outage`: a failover, a restart, a read-only
+    primary) is not the sink's failure: the wake is tried again soon and the attempt is not charged.
+    """
     wake = claim.wake
+    if is_outage(exc):
+        error, error_type = _format_error(exc), _error_type(exc)
+        return retry_rolled_back(
+            f"settling wake {wake.pk}", lambda: _settle_outage(claim, exc, error, error_type), tries=tries
+        )
     logger.error(
         "wake %s (kind=%s lane=%s) failed: %s",
         wake.pk,
@@ -382,6 +391,47 @@ def _settle_defer(claim: Claim, defer: Defer, *, scratch: Any = KEEP, busy: bool
             return _fenced_out(claim)
         _attempt(using, claim, now, Outcome.DEFERRED, "session busy" if busy else "")
     return FireOutcome(Disposition.BUSY if busy else Disposition.DEFERRED, settled=True)
+
+
+#: The first retry of a wake whose sink met a database outage; doubled for each outage in a row.
+OUTAGE_RETRY = timedelta(seconds=1)
+#: The longest wait between two such retries (they are not charged, so they never end in ``dead``).
+OUTAGE_RETRY_MAX = timedelta(minutes=5)
+
+
+def _settle_outage(claim: Claim, exc: BaseException, error: str, error_type: str) -> FireOutcome:
+    """The sink met a database outage: pending again soon, the attempt not charged (like a defer).
+
+    Written once the database is back (the settle is retried until then), so the retry waits
+    :data:`OUTAGE_RETRY` from *then*, doubled for each outage the wake met in a row on this attempt.
+    """
+    using = db_alias()
+    now = clock.now()
+    wake = claim.wake
+    with transaction.atomic(using=using):
+        in_a_row = (
+            WakeAttempt.objects.using(using)
+            .filter(wake_id=wake.pk, number=wake.attempts, outcome=Outcome.OUTAGE)
+            .count()
+        )
+        wait = min(OUTAGE_RETRY * 2 ** min(in_a_row, 20), OUTAGE_RETRY_MAX)
+        won = fenced(using, claim).update(
+            state=State.PENDING, **LET_GO, due_at=now + wait, attempts=F("attempts") - 1, updated_at=now
+        )
+        if not won:
+            return _fenced_out(claim)
+        _attempt(using, claim, now, Outcome.OUTAGE, error, error_type)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    logger.warning(
+        "wake %s (kind=%s): its sink met a database outage (%s: %s); trying again in %.0fs, not charged",
+        wake.pk,
+        wake.kind,
+        type(exc).__name__,
+        first,
+        wait.total_seconds(),
+        extra=about(wake, claim.runner_id),
+    )
+    return FireOutcome(Disposition.OUTAGE, settled=True, error=error)
 
 
 def _settle_superseded(claim: Claim) -> FireOutcome:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import random
 import secrets
 import socket
 import time
@@ -13,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, InterfaceError, InternalError, OperationalError, connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Model, QuerySet
 
 from .. import signals
@@ -22,6 +21,11 @@ from ..exceptions import InvalidDuration
 from ..logs import firing_wake as firing_wake  # re-exported: the engine's stages import both from here
 from ..logs import logger as logger
 from ..models import Wake
+from ..transient import BACKOFF_CAP as BACKOFF_CAP  # re-exported: the engine's and the runner's names for them
+from ..transient import TRANSIENT_ERRORS as TRANSIENT_ERRORS
+from ..transient import backoff_delay as backoff_delay
+from ..transient import drop_broken_connections as drop_broken_connections
+from ..transient import is_outage as is_outage
 
 T = TypeVar("T")
 
@@ -94,34 +98,6 @@ def earliest(*moments: datetime | None) -> datetime | None:
 
 def ms(delta: timedelta) -> int:
     return int(delta.total_seconds() * 1000)
-
-
-#: Database errors a runner outlives: connection loss, restarts, failover, read-only periods,
-#: deadlocks and lock timeouts. Anything else (IntegrityError, ProgrammingError) is a bug and is raised.
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, InternalError)
-
-#: The longest pause between two tries while the database is away.
-BACKOFF_CAP = 5.0
-
-
-def backoff_delay(attempt: int) -> float:
-    """Capped, jittered exponential backoff: ~20 ms, 40 ms, ... up to :data:`BACKOFF_CAP` seconds."""
-    return float(random.uniform(0.5, 1.0) * min(BACKOFF_CAP, 0.02 * 2 ** min(attempt, 20)))
-
-
-def drop_broken_connections() -> None:
-    """Close this thread's database connections that errored and are no longer usable.
-
-    Unlike ``close_old_connections()``, a healthy connection is kept whatever ``CONN_MAX_AGE`` says:
-    a runner is one long-lived client, and reconnecting every pass costs milliseconds of latency.
-    The next query on a closed one reconnects.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.in_atomic_block and conn.errors_occurred:
-            if not conn.is_usable():
-                conn.close()
-            else:
-                conn.errors_occurred = False
 
 
 def retry_rolled_back(label: str, work: Callable[[], T], *, tries: int | None = ROLLBACK_TRIES) -> T:

@@ -57,8 +57,11 @@ class Listener(threading.Thread):
                 connection.ensure_connection()
                 raw = connection.connection
                 raw.execute(f"LISTEN {CHANNEL}")
+                back = self.outage.down
                 self.outage.succeeded()
                 self.ready.set()
+                if back:  # hints sent while we were away are lost, and the database is back: look now
+                    self.on_hint(None)
                 while not self.stopping.is_set():
                     for notice in raw.notifies(timeout=0.5):
                         try:
