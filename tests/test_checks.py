@@ -68,7 +68,7 @@ def test_a_zero_lease_is_an_error(settings, name):
     assert ids(check_wakes_settings()) == ["django_wakes.E001"]
 
 
-@pytest.mark.parametrize("name", ["SPAWN_TURN", "AUTHORIZE"])
+@pytest.mark.parametrize("name", ["SPAWN_TURN", "AUTHORIZE", "ON_APPROVAL", "MCP_AUTH"])
 def test_unimportable_hook_is_an_error(settings, name):
     settings.WAKES = {**settings.WAKES, name: "testproject.nowhere.hook"}
     messages = check_wakes_settings()
