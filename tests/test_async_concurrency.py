@@ -87,3 +87,51 @@ def test_a_cancelled_async_sink_is_a_failed_attempt_not_a_stranded_wake(loop):  
     wait_for(lambda: Wake.objects.filter(pk=wake.pk, state=State.DEAD).exists(), timeout=30, what="the dead letter")
     looping.stop()
     assert runner._async is not None and runner._async.running == 0
+
+
+def test_a_concurrent_runner_claims_ahead_of_its_free_slots_while_sinks_are_fast(loop, monkeypatch):  # noqa: F811
+    """Claims beyond the free slots wait in hand, so a freed slot starts its next wake without a claim's
+    round trip; they are all fired once, async sinks never more at once than the slots."""
+    from django_wakes import engine
+
+    asked: list[int] = []
+    real = engine.claim_batch
+
+    def counting(**kwargs: Any) -> Any:
+        asked.append(kwargs["limit"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(engine, "claim_batch", counting)
+    running, peak = [0], [0]
+
+    @sink("t.async.ahead")
+    async def quick(wake: Wake, result: dict[str, Any]) -> None:
+        running[0] += 1  # the one event-loop thread: no lock needed
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.01)
+        running[0] -= 1
+
+    for _ in range(30):
+        schedule(workspace_id=WS, kind="t.async.ahead", delay="0s")
+    runner = Sweeper(interval=0.05, concurrency=3, lease=timedelta(seconds=30), listen=False)
+    looping = loop(runner)
+    wait_for(
+        lambda: Wake.objects.filter(workspace_id=WS, state=State.FIRED).count() == 30,
+        timeout=30,
+        what="all 30 async sinks to settle",
+    )
+    looping.stop()
+    assert asked and asked[0] > 3, f"the first claim asks beyond the 3 free slots: {asked}"
+    assert peak[0] <= 3, f"never more sinks at once than the slots ({peak[0]})"
+    assert WakeAttempt.objects.filter(wake__workspace_id=WS, outcome=Outcome.FIRED).count() == 30
+
+
+def test_claim_ahead_follows_the_sink_durations():
+    runner = Sweeper(concurrency=50, batch=100, lease=timedelta(minutes=5), listen=False)
+    assert runner.claim_ahead() == 100  # durations unknown: what a plain runner claims
+    runner._sink_seconds = 0.0001  # no-op sinks
+    assert runner.claim_ahead() == 100
+    runner._sink_seconds = 0.1  # 100 ms each: the slots finish 50 in CLAIM_AHEAD_SECONDS
+    assert runner.claim_ahead() == 50
+    runner._sink_seconds = 30.0  # slow sinks: none held beyond the slots, others may take them
+    assert runner.claim_ahead() == 0

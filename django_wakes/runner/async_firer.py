@@ -97,6 +97,7 @@ class AsyncFirer:
             self._done.put((claim, returned, None))
         finally:
             firing_wake.reset(running)
+            self.sweeper.sink_finished(claim)
             with self._lock:
                 self._running -= 1  # the slot is free; the settler writes the outcome down
             self.sweeper._wakeup.set()

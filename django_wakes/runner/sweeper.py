@@ -17,6 +17,7 @@ stalled, or lost the database — is handed back unstarted instead of fired.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import logging
 import os
@@ -47,6 +48,11 @@ logger = logging.getLogger("django_wakes")
 SAFE_LEASE_FRACTION = 0.5
 #: How strongly the latest sink duration moves the running average the batch size is planned from.
 DURATION_SMOOTHING = 0.2
+#: ``--concurrency``: claim ahead, beyond the free slots, as many wakes as the slots finish in this
+#: long (by the running average sink duration), so a freed slot starts its next wake at once instead
+#: of after the next claim's round trip. Slow sinks get (next to) none: their wakes stay claimable
+#: by other runners.
+CLAIM_AHEAD_SECONDS = 0.1
 
 
 class Sweeper:
@@ -100,13 +106,16 @@ class Sweeper:
         self._confirmed: dict[int, float] = {}
         self._started: dict[int, float] = {}
         self._lost: set[int] = set()
+        self._timed: set[int] = set()  # sinks whose duration sink_finished() already counted
         self._in_hand_lock = threading.Lock()
         # --concurrency > 1: claimed wakes wait in this queue for the fire threads (each keeps its own
         # database connection for its whole life). unfinished_tasks counts queued + firing wakes.
         self._queue: queue.Queue[Claim | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
-        # --concurrency > 1: async def sinks are awaited together on one event loop instead.
+        # --concurrency > 1: async def sinks are awaited together on one event loop instead; claims
+        # for them wait here (claimed ahead, in hand) until a slot of the loop is free.
         self._async: AsyncFirer | None = None
+        self._waiting: collections.deque[Claim] = collections.deque()
         # The first gc comes a minute after boot (or sooner if gc_every is shorter), so a runner
         # that is restarted more often than gc_every still collects.
         first_gc = 60.0 if gc_every is None else min(60.0, gc_every.total_seconds())
@@ -206,14 +215,17 @@ class Sweeper:
         wake_id = claim.wake.pk
         with self._in_hand_lock:
             started = None
+            timed = False
             if self._in_hand.get(wake_id) is claim:
                 self._in_hand.pop(wake_id, None)
                 self._confirmed.pop(wake_id, None)
                 self._lost.discard(wake_id)
                 started = self._started.pop(wake_id, None)
+                timed = wake_id in self._timed
+                self._timed.discard(wake_id)
             self.totals.add(wake_id, outcome)
             self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
-            if started is not None:
+            if started is not None and not timed:
                 took = time.monotonic() - started
                 self._sink_seconds += DURATION_SMOOTHING * (took - self._sink_seconds)
 
@@ -242,6 +254,26 @@ class Sweeper:
             return self.batch
         can_start = int(self.safe_lease_seconds * self.concurrency / self._sink_seconds)
         return max(1, min(self.batch, can_start))
+
+    def claim_ahead(self) -> int:
+        """``--concurrency``: how many wakes to hold beyond the slots (see :data:`CLAIM_AHEAD_SECONDS`)."""
+        if self._sink_seconds <= 0:
+            return self.planned_batch()  # not known yet: as many as a plain runner claims
+        return min(self.planned_batch(), int(self.concurrency * CLAIM_AHEAD_SECONDS / self._sink_seconds))
+
+    def sink_finished(self, claim: Claim) -> None:
+        """A sink of a ``--concurrency`` runner returned: its duration feeds the running average.
+
+        Measured here rather than at the settle (as :meth:`_settled` does for a plain runner) because
+        a concurrent runner settles successes in batches after the sink.
+        """
+        with self._in_hand_lock:
+            started = self._started.get(claim.wake.pk)
+            if started is None or self._in_hand.get(claim.wake.pk) is not claim:
+                return
+            self._timed.add(claim.wake.pk)
+            took = time.monotonic() - started
+            self._sink_seconds += DURATION_SMOOTHING * (took - self._sink_seconds)
 
     # -- one pass --------------------------------------------------------------------------------
 
@@ -308,6 +340,7 @@ class Sweeper:
         except BaseException:
             self._forget([claim])
             raise
+        self.sink_finished(claim)
         if isinstance(ran, engine.Succeeded) and self._async is not None:
             self._async.settle_later(ran)
             return
@@ -432,21 +465,27 @@ class Sweeper:
             report = self.run_once()
             return report.next_at, report.claimed >= limit
         drop_broken_connections()
-        if self.in_flight() >= self.concurrency:
+        self._start_waiting()
+        # Hold the slots' worth of wakes plus the claim-ahead; refill once half the claim-ahead is used
+        # (so claims come in batches), or when a slot is idle.
+        ahead = self.claim_ahead()
+        in_flight = self.in_flight()
+        if in_flight >= self.concurrency + ahead // 2 and in_flight >= self.concurrency:
             self._wakeup.wait(self.interval)  # every slot is busy; one finishing sets _wakeup
             return None, True
-        limit = min(self.planned_batch(), self.concurrency - self.in_flight())
+        limit = min(self.planned_batch(), self.concurrency + ahead - in_flight)
         claims = self._claim(limit)
         for n, claim in enumerate(claims):
             sink_fn = registry.get(claim.wake.kind)
             try:
                 if self._async is not None and sink_fn is not None and inspect.iscoroutinefunction(sink_fn):
-                    self._start_async(claim)
+                    self._waiting.append(claim)
                 else:
                     self._queue.put(claim)
             except BaseException:
                 self._forget(claims[n:])  # not dispatched: handed back, or left to lapse uncharged
                 raise
+        self._start_waiting()
         if len(claims) < limit:
             engine.observe_unwakeable()
         if claims:
@@ -454,8 +493,20 @@ class Sweeper:
         return engine.next_due_at(), False
 
     def in_flight(self) -> int:
-        """Claims queued for or firing in the fire threads, plus async sinks being awaited."""
-        return self._queue.unfinished_tasks + (self._async.running if self._async is not None else 0)
+        """Claims queued for or firing in the fire threads, async sinks being awaited, and claims waiting for them."""
+        running = self._async.running if self._async is not None else 0
+        return self._queue.unfinished_tasks + running + len(self._waiting)
+
+    def _start_waiting(self) -> None:
+        """Start claims waiting for an async slot, as many as there are free slots (in claim order)."""
+        while self._waiting and self._async is not None and self._async.running < self.concurrency:
+            claim = self._waiting.popleft()
+            try:
+                self._start_async(claim)
+            except BaseException:
+                self._forget([claim, *self._waiting])  # not started: handed back, or left to lapse uncharged
+                self._waiting.clear()
+                raise
 
     def _start_async(self, claim: Claim) -> None:
         """Start an async sink on the event loop (the checks before it run here, in the pass's thread)."""
@@ -505,6 +556,9 @@ class Sweeper:
         """Wait (at most ``shutdown_timeout``) for the fire threads and async sinks to finish."""
         if not self._workers:
             return
+        waiting = list(self._waiting)  # claimed ahead, never started: handed back
+        self._waiting.clear()
+        self._forget(waiting)
         logger.info("waiting for %d wake(s) in hand", self.in_flight())
         for _ in self._workers:
             self._queue.put(None)
