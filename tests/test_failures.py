@@ -615,3 +615,21 @@ def test_a_batch_of_successes_settles_together_and_fences_a_taken_over_wake(cloc
     ]
     assert row(Wake.objects.get(pk=victim)).claimed_by == "B"
     assert len(calls) == 5  # four sinks by A, the re-drive by B
+
+
+def test_on_postgresql_a_batch_of_plain_successes_settles_in_one_statement(clock, sinks):
+    """The fenced UPDATE and the attempts' INSERT travel together: one round trip per settled batch."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement settle is PostgreSQL's (a data-modifying CTE)")
+    sinks(KIND)
+    for _ in range(3):
+        django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s")
+    done = [engine.run_sink(c) for c in engine.claim_batch(runner_id="A")]
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = engine.settle_successes(done)
+    assert [o.outcome for o in outcomes] == [Outcome.FIRED] * 3
+    assert len(queries.captured_queries) == 1, [q["sql"][:60] for q in queries.captured_queries]
+    assert WakeAttempt.objects.filter(wake__workspace_id=WS, outcome=Outcome.FIRED, runner_id="A").count() == 3

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F
 
 from .. import clock, signals, tracing
@@ -202,6 +202,13 @@ def settle_successes(done: list[Succeeded], *, tries: int | None = ROLLBACK_TRIE
 def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
     using = db_alias()
     now = clock.now()
+    if connections[using].vendor == "postgresql" and all(_plain(d) for d in done):
+        winners = _settle_in_one_statement(using, done, now)
+        for d in winners:
+            transaction.on_commit(
+                partial(signals.wake_fired.send, sender=Wake, wake=d.claim.wake, outcome=d.outcome), using=using
+            )
+        return _report(done, winners)
     rows = Wake.objects.using(using)
     settled = {
         **LET_GO,
@@ -252,6 +259,94 @@ def _settle_successes(done: list[Succeeded]) -> list[FireOutcome]:
             transaction.on_commit(
                 partial(signals.wake_fired.send, sender=Wake, wake=d.claim.wake, outcome=d.outcome), using=using
             )
+    return _report(done, winners)
+
+
+def _plain(d: Succeeded) -> bool:
+    """A success whose settle writes nothing but the wake's final state and its attempt row."""
+    return d.scratch is KEEP and d.output is KEEP and (d.stop or not d.claim.wake.is_recurring)
+
+
+def _settle_in_one_statement(using: str, done: list[Succeeded], now: datetime) -> list[Succeeded]:
+    """Settle plain successes with one statement (PostgreSQL); return those still held under their tokens.
+
+    ``UPDATE … FROM unnest(…) WHERE state = 'firing' AND claim_token = <the claim's>`` moves the rows
+    still held to ``fired``/``expired`` and returns them, and the same statement inserts their
+    attempts (a data-modifying CTE joined to the UPDATE's rows): the fenced conditional write and its
+    record, one round trip and atomic on its own, where the general path pays a transaction of a
+    locking read, an UPDATE and an INSERT.
+    """
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _settle_statement(using),
+            [
+                [d.claim.wake.pk for d in done],
+                [d.claim.token for d in done],
+                [d.claim.expired for d in done],
+                [d.claim.wake.attempts for d in done],
+                [d.claim.runner_id for d in done],
+                [d.claim.wake.fence for d in done],
+                [d.claim.started_at for d in done],
+                [d.finished_at for d in done],
+                [str(d.outcome) for d in done],
+                State.EXPIRED,
+                State.FIRED,
+                now,
+                now,
+                State.FIRING,
+            ],
+        )
+        won = {(row[0], row[1]) for row in cursor.fetchall()}
+    return [d for d in done if (d.claim.wake.pk, d.claim.token) in won]
+
+
+_settle_statements: dict[str, str] = {}
+
+
+def _settle_statement(using: str) -> str:
+    """The SQL of :func:`_settle_in_one_statement` (built once per database from the models' columns)."""
+    found = _settle_statements.get(using)
+    if found is not None:
+        return found
+    qn = connections[using].ops.quote_name
+    wake, attempt = qn(Wake._meta.db_table), qn(WakeAttempt._meta.db_table)
+
+    def col(model: Any, name: str) -> str:
+        return qn(model._meta.get_field(name).column)
+
+    w = partial(col, Wake)
+    a = partial(col, WakeAttempt)
+    # Only quoted names from the models are interpolated; every value is a parameter.
+    sql = f"""
+        WITH d AS (
+            SELECT * FROM unnest(%s::bigint[], %s::text[], %s::boolean[], %s::integer[], %s::text[], %s::bigint[],
+                                 %s::timestamptz[], %s::timestamptz[], %s::text[])
+                AS d(id, token, expired, number, runner_id, fence, started_at, finished_at, outcome)
+        ),
+        s AS (
+            UPDATE {wake} AS w SET
+                {w("state")} = CASE WHEN d.expired THEN %s ELSE %s END,
+                {w("lane_lock")} = NULL, {w("lease_until")} = NULL, {w("claim_token")} = NULL,
+                {w("last_error")} = '', {w("settled_at")} = %s, {w("updated_at")} = %s
+            FROM d
+            WHERE w.{w("id")} = d.id AND w.{w("state")} = %s AND w.{w("claim_token")} = d.token
+            RETURNING w.{w("id")} AS id, d.token AS token
+        ),
+        a AS (
+            INSERT INTO {attempt} ({a("wake")}, {a("number")}, {a("runner_id")}, {a("fence")}, {a("started_at")},
+                                   {a("finished_at")}, {a("outcome")}, {a("error")}, {a("error_type")})
+            SELECT d.id, d.number, d.runner_id, d.fence, d.started_at, d.finished_at, d.outcome, '', ''
+            FROM d JOIN s ON s.id = d.id
+        )
+        SELECT id, token FROM s
+    """  # noqa: S608
+    _settle_statements[using] = sql
+    return sql
+
+
+def _report(done: list[Succeeded], winners: list[Succeeded]) -> list[FireOutcome]:
+    """An outcome per settled success, in order: fired/expired/stopped, or fenced (logged) for the losers."""
     winner_ids = {id(d) for d in winners}
     outcomes = []
     for d in done:
