@@ -189,6 +189,9 @@ def analyze(vacuum: bool = False) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"{'VACUUM ' if vacuum else ''}ANALYZE django_wakes_wake")
+        elif connection.vendor == "mysql":
+            cursor.execute("ANALYZE TABLE django_wakes_wake")
+            cursor.fetchall()
         else:
             cursor.execute("ANALYZE")
 
@@ -222,7 +225,7 @@ def step_prepare(args: argparse.Namespace) -> dict[str, Any]:
     """
     reset()
     seed(args.n, lanes=args.lanes, kind=args.kind)
-    if vendor() == "postgresql":
+    if vendor() in ("postgresql", "mysql"):
         analyze(vacuum=True)
     return {"seeded": args.n, "lanes": args.lanes, "kind": args.kind}
 

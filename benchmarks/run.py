@@ -47,10 +47,11 @@ def knob(name: str, default: Any, quick: Any = None) -> Any:
 
 N = knob("BENCH_N", 10_000, 1_000)
 LANES = knob("BENCH_LANES", 100)
-DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres").split(",") if d.strip()]
+DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres,mariadb").split(",") if d.strip()]
 SECTIONS = "ceiling,throughput,create,peers,io,latency,big,claim,rss"
 ONLY = {s.strip() for s in knob("BENCH_ONLY", SECTIONS).split(",") if s.strip()}
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+MARIADB = knob("BENCH_MARIADB", "mysql://root@127.0.0.1:3306").rstrip("/")
 LAT_N = knob("BENCH_LAT_N", 300, 50)
 LAT_GAP = knob("BENCH_LAT_GAP", 0.03)
 CLAIM_SMALL = knob("BENCH_CLAIM_SMALL", 10_000, 1_000)
@@ -61,7 +62,9 @@ CONCURRENCY_N = knob("BENCH_CONCURRENCY_N", N)
 # (runner processes, lanes, --concurrency) of the fire-throughput runs
 FIRE_CONFIGS = [(1, 0, 1), (2, 0, 1), (1, LANES, 1), (2, LANES, 1)]
 if CONCURRENCY > 1:
-    FIRE_CONFIGS.append((1, LANES, CONCURRENCY))
+    FIRE_CONFIGS += [(1, 0, CONCURRENCY), (1, LANES, CONCURRENCY)]
+if os.environ.get("BENCH_FIRE"):  # e.g. "1x0x1,1x0x4": runners x lanes x concurrency (a few runs only)
+    FIRE_CONFIGS = [tuple(int(v) for v in c.split("x")) for c in os.environ["BENCH_FIRE"].split(",")]  # type: ignore[misc]
 RSS_N = knob("BENCH_RSS_N", 100_000, 5_000)
 RSS_FIRST = knob("BENCH_RSS_FIRST", 1_000)
 RSS_DB = knob("BENCH_RSS_DB", "postgres")
@@ -114,6 +117,8 @@ class Db:
         if vendor == "postgres":
             self.url = f"{PG}/{name}"
             self.dsn = self.url.replace("postgres://", "postgresql://", 1)
+        elif vendor == "mariadb":
+            self.url = f"{MARIADB}/{name}"
         else:
             self.path = DATA / f"{name}.sqlite3"
             self.url = f"sqlite:///{self.path}"
@@ -124,6 +129,10 @@ class Db:
         if self.vendor == "postgres":
             pg_admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             pg_admin(f'CREATE DATABASE "{self.name}"')
+        elif self.vendor == "mariadb":
+            with mariadb_connect() as conn, conn.cursor() as cursor:
+                cursor.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+                cursor.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
         else:
             for suffix in ("", "-journal", "-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
@@ -134,19 +143,50 @@ class Db:
                 import psycopg
 
                 self._conn = psycopg.connect(self.dsn, autocommit=True)
+            elif self.vendor == "mariadb":
+                self._conn = mariadb_connect(self.name)
             else:
                 self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         return self._conn
 
     def scalar(self, sql: str) -> Any:
-        cur = self.conn().execute(sql)
-        row = cur.fetchone()
+        if self.vendor == "mariadb":
+            with self.conn().cursor() as cur:
+                cur.execute(sql)
+                row = cur.fetchone()
+        else:
+            row = self.conn().execute(sql).fetchone()
         return row[0] if row else None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def mariadb_connect(name: str | None = None) -> Any:
+    """A MariaDB connection (autocommit) to database ``name`` on ``BENCH_MARIADB`` (the server if ``None``)."""
+    from urllib.parse import urlparse
+
+    import MySQLdb
+
+    url = urlparse(MARIADB)
+    kwargs: dict[str, Any] = {"host": url.hostname or "127.0.0.1", "port": url.port or 3306, "user": url.username}
+    if url.password:
+        kwargs["password"] = url.password
+    if name:
+        kwargs["database"] = name
+    conn = MySQLdb.connect(**kwargs, autocommit=True, charset="utf8mb4")
+    return conn
+
+
+def mariadb_reachable() -> str | None:
+    """Why MariaDB cannot be benchmarked here (``None``: it can)."""
+    try:
+        mariadb_connect().close()
+    except Exception as exc:  # noqa: BLE001 - no client library, no server: say so and go on
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def pg_admin(sql: str) -> None:
@@ -217,10 +257,43 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             _live.remove(proc)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+#: CPU seconds of the last drain: the worker processes (every thread) and their PostgreSQL backends.
+LAST_CPU: dict[str, float | None] = {}
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def backends_cpu(db: Db) -> float:
+    """CPU seconds of the PostgreSQL backends connected to ``db`` (but the orchestrator's own)."""
+    pids = db.conn().execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [db.name]
+    )
+    return sum(proc_cpu(pid) for (pid,) in pids.fetchall())
+
+
 def drain(
-    starter: Callable[[], list[subprocess.Popen[bytes]]], done: Callable[[], int], n: int, poll: float
+    starter: Callable[[], list[subprocess.Popen[bytes]]],
+    done: Callable[[], int],
+    n: int,
+    poll: float,
+    cpu_db: Db | None = None,
 ) -> tuple[float, int]:
-    """Start the workers and poll ``done()`` until it reaches ``n``; return (seconds from start, count)."""
+    """Start the workers and poll ``done()`` until it reaches ``n``; return (seconds from start, count).
+
+    Before stopping them, the CPU they used (start-up included) and, on PostgreSQL, the CPU of their
+    backends go to :data:`LAST_CPU`: on a shared machine the CPU a run costs moves much less than
+    its wall time.
+    """
+    LAST_CPU.clear()
     t0 = time.perf_counter()
     procs = starter()
     count, last_count, last_progress = 0, -1, t0
@@ -239,6 +312,8 @@ def drain(
                 raise RuntimeError(f"every worker exited with {count}/{n} done (see {LOGS})")
             time.sleep(poll)
         elapsed = time.perf_counter() - t0
+        LAST_CPU["workers_s"] = sum(proc_cpu(p.pid) for p in procs)
+        LAST_CPU["server_s"] = backends_cpu(cpu_db) if cpu_db is not None and cpu_db.vendor == "postgres" else None
     finally:
         stop(procs)
     return elapsed, count
@@ -263,6 +338,23 @@ def ceiling(db: Db, seconds: float) -> float:
             return _update_loop(
                 lambda i: conn.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", [i]), rows, seconds
             )
+    if db.vendor == "mariadb":
+        conn = mariadb_connect(db.name)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "CREATE TABLE IF NOT EXISTS bench_ceiling (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)"
+                )
+                cur.execute(
+                    "INSERT IGNORE INTO bench_ceiling (id) WITH RECURSIVE g(i) AS "
+                    "(SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < %s) SELECT i FROM g",
+                    [rows],
+                )
+                return _update_loop(
+                    lambda i: cur.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", [i]), rows, seconds
+                )
+        finally:
+            conn.close()
     # SQLite: the file Django uses, with its journal settings (rollback journal, synchronous=FULL
     # unless the file says otherwise); autocommit, so each UPDATE is its own committed transaction.
     conn = sqlite3.connect(db.path, timeout=30, isolation_level=None)
@@ -324,8 +416,10 @@ def drain_runwakes(
         starter,
         lambda: db.scalar(fired_sql) - base,
         n,
-        0.02 if db.vendor == "postgres" else 0.2,
+        {"postgres": 0.02, "mariadb": 0.05}.get(db.vendor, 0.2),
+        cpu_db=db,
     )
+    cpu = dict(LAST_CPU)
     span = job(db, "span", "--workspace", "bench")
     with open(log, "rb") as fh:  # what the runners logged in this run only (the log is appended to)
         fh.seek(log_from)
@@ -348,6 +442,8 @@ def drain_runwakes(
         "attempts": span["attempts"],
         "attempted_wakes": span["attempted_wakes"],
         "claims": span["claims"],
+        "cpu_workers_s": cpu.get("workers_s"),
+        "cpu_server_s": cpu.get("server_s"),
     }
 
 
@@ -369,10 +465,14 @@ def peer_tasks_db() -> dict[str, Any]:
         lambda: db.scalar(f"SELECT count(*) FROM {enq['table']} WHERE status = 'SUCCESSFUL'"),
         N,
         0.02,
+        cpu_db=db,
     )
+    cpu = dict(LAST_CPU)
     db.close()
     return {
         "peer": "django-tasks-db db_worker",
+        "cpu_workers_s": cpu.get("workers_s"),
+        "cpu_server_s": cpu.get("server_s"),
         "n": N,
         "done": count,
         "wall_s": elapsed,
@@ -402,13 +502,17 @@ def procrastinate_drain(
         lambda: db.scalar("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"),
         n,
         0.02,
+        cpu_db=db,
     )
+    cpu = dict(LAST_CPU)
     span = db.scalar(
         "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
         "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events"
     )
     return {
         "peer": f"procrastinate worker -c {conc}",
+        "cpu_workers_s": cpu.get("workers_s"),
+        "cpu_server_s": cpu.get("server_s"),
         "task": task,
         "concurrency": conc,
         "n": n,
@@ -616,8 +720,19 @@ def fire_line(r: dict[str, Any], label: str) -> str:
     span = f"{r['span_rate']:,.0f}/s" if r.get("span_rate") else "?"
     return (
         f"  {label}: {r['rate']:7,.0f} wakes/s  ({r['n']:,} in {r['wall_s']:.2f}s from launch; "
-        f"{span} first claim→last settle){check}"
+        f"{span} first claim→last settle; {cpu_text(r)}){check}"
     )
+
+
+def cpu_text(r: dict[str, Any]) -> str:
+    """CPU per 1,000 items: the worker processes (start-up included) + their PostgreSQL backends."""
+    n = r.get("n") or r.get("done") or 0
+    if not n or r.get("cpu_workers_s") is None:
+        return "CPU ?"
+    text = f"CPU/1,000: {r['cpu_workers_s'] / n * 1e6:,.0f} ms"
+    if r.get("cpu_server_s") is not None:
+        text += f" + {r['cpu_server_s'] / n * 1e6:,.0f} ms server"
+    return text
 
 
 def main() -> int:
@@ -669,6 +784,10 @@ def main() -> int:
     results["ceiling"], results["throughput"], results["claim"] = {}, [], {}
     try:
         for vendor in DBS:
+            if vendor == "mariadb" and (why := mariadb_reachable()) is not None:
+                say()
+                say(f"== mariadb == skipped: {why}")
+                continue
             db = Db(vendor, "wakes_bench")
             db.recreate()
             migrate(db)
@@ -712,15 +831,19 @@ def main() -> int:
                     + f"; ideal {ideal:,.0f}/s: {r['rate'] / ideal:.1%} from launch, "
                     f"{(r['span_rate'] or 0) / ideal:.1%} first claim→last settle"
                 )
-            if "claim" in ONLY:
+            if "claim" in ONLY and vendor != "mariadb":  # its seeding SQL is PostgreSQL's and SQLite's
                 claim_section(db, vendor, results)
-            if vendor == "postgres" and "latency" in ONLY:
-                results["latency"] = []
-                for listen in (True, False):
+            if vendor in ("postgres", "mariadb") and "latency" in ONLY:
+                if vendor == "postgres":
+                    results["latency"] = []
+                for listen in (True, False) if vendor == "postgres" else (False,):
                     note(f"latency, {'push (LISTEN/NOTIFY)' if listen else 'poll only (--no-listen)'}")
                     lat = latency(db, listen)
-                    results["latency"].append(lat)
+                    lat["db"] = vendor
+                    results.setdefault("latency", []).append(lat)
                     label = "push (LISTEN/NOTIFY)" if listen else "poll only (--no-listen, 1s interval)"
+                    if vendor == "mariadb":
+                        label = "poll (no push on MariaDB, 1s interval)"
                     say(
                         f"  due-to-fire latency, {label}: p50 {lat['p50_ms']:.2f} ms, p90 {lat['p90_ms']:.2f} ms, "
                         f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.1f} ms ({lat['fired']}/{lat['n']} wakes)"
@@ -765,7 +888,8 @@ def main() -> int:
             for p in results["peers"]:
                 say(
                     f"  no-op: {p['peer']:<30} {p['rate']:7,.0f} jobs/s ({N:,} in {p['wall_s']:.2f}s from launch"
-                    + (f"; {p['span_rate']:,.0f}/s first start→last success)" if p.get("span_rate") else ")")
+                    + (f"; {p['span_rate']:,.0f}/s first start→last success" if p.get("span_rate") else "")
+                    + f"; {cpu_text(p)})"
                 )
         if "postgres" in DBS and "io" in ONLY:
             note("procrastinate, I/O-bound")
@@ -773,7 +897,8 @@ def main() -> int:
             results.setdefault("io", {})["procrastinate"] = p
             say(
                 f"  I/O-bound: {p['peer']:<26} {p['rate']:7,.0f} jobs/s ({IO_N:,} in {p['wall_s']:.2f}s from launch; "
-                f"{p['span_rate'] or 0:,.0f}/s first start→last success); ideal {IO_CONCURRENCY / IO_SECONDS:,.0f}/s"
+                f"{p['span_rate'] or 0:,.0f}/s first start→last success; {cpu_text(p)}); "
+                f"ideal {IO_CONCURRENCY / IO_SECONDS:,.0f}/s"
             )
         if "postgres" in DBS and "latency" in ONLY:
             note("procrastinate, push latency")
