@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -274,6 +275,8 @@ class _Statement:
 
 
 _statements: dict[tuple[Any, ...], _Statement] = {}
+#: The line breaks and indentation of the claim statement's template (the ORM's SQL has no line breaks).
+_LAYOUT = re.compile(r"\n\s*")
 
 
 def _one_statement(
@@ -308,9 +311,12 @@ def _one_statement(
     lapsed_sql, lapsed_params = lapsed.query.sql_with_params()
     fields = sorted(Wake._meta.concrete_fields, key=lambda f: not f.primary_key)  # the id first
     columns = [qn(str(f.column)) for f in fields]
-    nulls = ", NULL" * (len(fields) - 1)
+    nulls = ",NULL" * (len(fields) - 1)
     # Only quoted names and the ORM's own compiled SQL are interpolated; every value is a parameter.
-    sql = f"""
+    # Kept short (no indentation, the claimed rows' columns named once): psycopg caches its parsing of
+    # a statement of up to 4 KiB and 50 parameters; a longer one is split by a regex on every claim
+    # (measured 0.3-2 ms, the whole claim's execution time again).
+    template = f"""
         WITH lapsed AS ({lapsed_sql}),
         cand AS ({cand_sql}),
         claimed AS (
@@ -321,12 +327,13 @@ def _one_statement(
                 result = COALESCE(w.result, %s::jsonb)
             FROM cand
             WHERE w.id = cand.id AND cand.plain AND NOT EXISTS (SELECT 1 FROM lapsed)
-            RETURNING {", ".join(f"w.{column}" for column in columns)}
+            RETURNING {",".join(f"w.{column}" for column in columns)}
         )
-        SELECT 'claimed', {", ".join(columns)} FROM claimed
+        SELECT 'claimed', claimed.* FROM claimed
         UNION ALL SELECT 'undecided', id{nulls} FROM cand WHERE NOT cand.plain
         UNION ALL SELECT 'lapsed', id{nulls} FROM lapsed
     """  # noqa: S608
+    sql = _LAYOUT.sub(" ", template).strip()
     params = (*lapsed_params, *cand_params)
     if sum(1 for value in params if _is_now(value)) != 3:  # the lease, the due time and the expiry
         raise RuntimeError("the claim statement did not compile with its three 'now' parameters")
