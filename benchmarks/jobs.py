@@ -279,6 +279,7 @@ def step_span(args: argparse.Namespace) -> dict[str, Any]:
     states = dict(wakes.values_list("state").annotate(n=Count("id")).order_by())
     attempts = tries.count()
     attempted_wakes = tries.values("wake_id").distinct().count()
+    by_runner = sorted(n for _runner, n in tries.values_list("runner_id").annotate(n=Count("id")).order_by())
     span = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
     # claims: Wake.attempts summed (one per claim; a re-drive after a lapsed lease would add one)
     return {
@@ -287,6 +288,7 @@ def step_span(args: argparse.Namespace) -> dict[str, Any]:
         "attempts": attempts,
         "attempted_wakes": attempted_wakes,
         "claims": agg["claims"] or 0,
+        "by_runner": by_runner,
     }
 
 

@@ -442,6 +442,7 @@ def drain_runwakes(
         "attempts": span["attempts"],
         "attempted_wakes": span["attempted_wakes"],
         "claims": span["claims"],
+        "by_runner": span.get("by_runner"),
         "cpu_workers_s": cpu.get("workers_s"),
         "cpu_server_s": cpu.get("server_s"),
     }
@@ -718,9 +719,12 @@ def fire_line(r: dict[str, Any], label: str) -> str:
     if noisy:
         check += f"  (!) runner log: {noisy}"
     span = f"{r['span_rate']:,.0f}/s" if r.get("span_rate") else "?"
+    split = ""
+    if r.get("runners", 1) > 1 and r.get("by_runner"):  # how the wakes were shared out between the runners
+        split = f"; fired per runner {'/'.join(f'{n:,}' for n in r['by_runner'])}"
     return (
         f"  {label}: {r['rate']:7,.0f} wakes/s  ({r['n']:,} in {r['wall_s']:.2f}s from launch; "
-        f"{span} first claim→last settle; {cpu_text(r)}){check}"
+        f"{span} first claim→last settle; {cpu_text(r)}{split}){check}"
     )
 
 
