@@ -55,7 +55,7 @@ bench:
 	@if [ ! -f benchmarks/.env/.installed ] || [ pyproject.toml -nt benchmarks/.env/.installed ]; then \
 		$(PYTHON) -m venv benchmarks/.env && \
 		benchmarks/.env/bin/python -m pip install --quiet --upgrade pip && \
-		benchmarks/.env/bin/python -m pip install --quiet -e '.[postgres,mysql]' '$(DJANGO)' \
+		benchmarks/.env/bin/python -m pip install --quiet -e '.[postgres,mysql]' '$(DJANGO)' 'python-json-logger>=3.1' \
 			'django-tasks-db[compat]==0.13.0' 'django-tasks==0.12.0' 'procrastinate==3.10.0' && \
 		touch benchmarks/.env/.installed; fi
 	benchmarks/.env/bin/python -m benchmarks.run
