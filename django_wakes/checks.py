@@ -13,6 +13,7 @@
 | E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings the SCHEME can use, SCHEME: known, |
 |      | WORKSPACE: a workspace id, MAP: importable (required by "github" and "stripe"), MAX_BYTES: positive int} |
 | E010 | METRICS_TOKENS is not a list of strings of at least 32 characters, each without whitespace |
+| E012 | READ_DATABASE names no alias in DATABASES |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -74,6 +75,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         *_sinks(),
         *_poll_interval(),
         *_push_database(),
+        *_read_database(),
         *_budgets(),
         *_webhooks(),
         *_metrics_tokens(),
@@ -198,6 +200,16 @@ def _push_database() -> Iterator[CheckMessage]:
             f"WAKES['PUSH_DATABASE'] is {value!r}, which is not an alias in DATABASES",
             hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
             id="django_wakes.E007",
+        )
+
+
+def _read_database() -> Iterator[CheckMessage]:
+    value = wakes_settings.get("READ_DATABASE")
+    if value is not None and value not in settings.DATABASES:
+        yield Error(
+            f"WAKES['READ_DATABASE'] is {value!r}, which is not an alias in DATABASES",
+            hint="Name the DATABASES entry of a streaming replica of the database wakes are written to.",
+            id="django_wakes.E012",
         )
 
 

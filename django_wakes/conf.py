@@ -18,6 +18,8 @@ Defaults (every key optional)::
         "POLL_INTERVAL": 1.0,     # seconds between runner passes at most (the backstop)
         "RUNNER_DB_TIMEOUT": "30s",  # runners' client-side network timeouts (None: leave the driver's)
         "PUSH_DATABASE": None,    # alias LISTEN uses (a direct connection when "default" is a pooler)
+        "READ_DATABASE": None,    # alias the console's read-only pages (wake list, dashboard, metrics) read
+                                  # from, e.g. a streaming replica; writes and operator actions never use it
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
         "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.agents.tools):
                                   # see BUDGET_DEFAULTS; a limit set to None is off
@@ -64,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     "RUNNER_DB_TIMEOUT": "30s",
     "PUSH_DATABASE": None,
+    "READ_DATABASE": None,
     "RETAIN_MAX": 1000,
     "BUDGETS": {},
     "SESSION_BUSY": None,
@@ -185,6 +188,11 @@ class WakesSettings:
     @property
     def push_database(self) -> str | None:
         value = self.get("PUSH_DATABASE")
+        return None if value is None else str(value)
+
+    @property
+    def read_database(self) -> str | None:
+        value = self.get("READ_DATABASE")
         return None if value is None else str(value)
 
     @property

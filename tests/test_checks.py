@@ -253,3 +253,11 @@ def test_tasks_naming_the_backend_without_a_tasks_framework_is_an_error():
 def test_no_tasks_setting_is_not_checked(settings):
     del settings.TASKS
     assert check_tasks_backend() == []
+
+
+def test_a_read_database_that_is_no_alias_is_an_error(settings):
+    settings.WAKES = {**settings.WAKES, "READ_DATABASE": "replica-typo"}
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.E012"] and "replica-typo" in messages[0].msg
+    settings.WAKES = {**settings.WAKES, "READ_DATABASE": "default"}
+    assert ids(check_wakes_settings()) == []

@@ -42,6 +42,7 @@ from ..exceptions import WakeError
 from ..models import PausedLane, Receipt, RetainedEvent, Runner, SessionControl, State, Wake, WakeAttempt
 from ..querysets import RunnerQuerySet, WakeQuerySet
 from ..sinks import registry
+from . import reads
 from .attention import Attention, seconds
 from .display import (
     chain_link,
@@ -386,6 +387,15 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
 
         return [dashboard, lanes, operate, *chain_urls(self), *super().get_urls()]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Wake]:
+        """The wake list, when read (GET), comes from ``WAKES["READ_DATABASE"]``; everything else from the primary.
+
+        An action posted from the list (cancel, retry) reads its selection from the primary too, and
+        runs through the engine there.
+        """
+        rows = super().get_queryset(request)
+        return rows.using(reads.alias()) if reads.for_listing(request) else rows
+
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         from .dashboard import render_dashboard  # the dashboard's own module: queries, charts, template
 
@@ -397,6 +407,7 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             **(extra_context or {}),
             "operator_zone": timezone.get_current_timezone_name(),
             "count_cap": COUNT_CAP,
+            "read_lag": reads.replica_lag() if reads.for_listing(request) else None,
         }
         return _rendered_with_attention(lambda: super(WakeAdmin, self).changelist_view(request, context))
 

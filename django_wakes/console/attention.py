@@ -24,6 +24,7 @@ from ..conf import wakes_settings
 from ..models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet
 from ..sinks import registry
+from . import reads
 
 #: A firing wake running this many times longer than its kind's median duration is hung...
 HUNG_FACTOR = 10
@@ -67,7 +68,11 @@ class Attention:
     def fireable_kinds(self) -> frozenset[str]:
         """The kinds some live runner fires (or, if no live runner recorded any, this process's registry)."""
         if self._kinds is None:
-            recorded = [kinds for kinds in Runner.objects.live(self.now).values_list("kinds", flat=True) if kinds]
+            recorded = [
+                kinds
+                for kinds in Runner.objects.using(reads.alias()).live(self.now).values_list("kinds", flat=True)
+                if kinds
+            ]
             if recorded:
                 self._kinds = frozenset(kind for kinds in recorded for kind in kinds)
                 self._kinds_source = "live runners"
@@ -98,7 +103,9 @@ class Attention:
     def paused_lanes(self) -> frozenset[str]:
         """Lanes an operator paused (the first :data:`PAUSED_LIMIT`; a handful in practice)."""
         if self._paused is None:
-            self._paused = frozenset(PausedLane.objects.values_list("serial_key", flat=True)[:PAUSED_LIMIT])
+            self._paused = frozenset(
+                PausedLane.objects.using(reads.alias()).values_list("serial_key", flat=True)[:PAUSED_LIMIT]
+            )
         return self._paused
 
     def waits_for_paused_lane(self, wake: Wake) -> bool:
@@ -113,7 +120,8 @@ class Attention:
         """The median duration of each kind's fired attempts among the last :data:`HISTORY`."""
         if self._typical is None:
             rows = (
-                WakeAttempt.objects.filter(outcome=Outcome.FIRED, finished_at__isnull=False)
+                WakeAttempt.objects.using(reads.alias())
+                .filter(outcome=Outcome.FIRED, finished_at__isnull=False)
                 .order_by("-id")
                 .values_list("wake__kind", "started_at", "finished_at")[:HISTORY]
             )
@@ -154,5 +162,7 @@ class Attention:
 
     def hung(self, wakes: WakeQuerySet) -> WakeQuerySet:
         """The firing wakes :meth:`hung_reason` has a reason for."""
-        firing = Wake.objects.filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
+        firing = (
+            Wake.objects.using(reads.alias()).filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
+        )
         return wakes.filter(pk__in=[wake.pk for wake in firing if self.hung_reason(wake)])

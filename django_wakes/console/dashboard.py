@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from .. import clock
-from . import stats
+from . import reads, stats
 from .attention import Attention
 from .display import moment
 
@@ -98,6 +98,7 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "states": _state_rows(overview),
         "missed": sorted(overview.missed_day.items()),
         "runners": _runner_rows(overview.runners, overview.now),
+        "read_lag": reads.replica_lag(),
     }
     return TemplateResponse(request, "admin/django_wakes/dashboard.html", context)
 

@@ -41,7 +41,7 @@ from django.views.decorators.http import require_GET
 from .. import clock
 from ..conf import wakes_settings
 from ..states import Outcome
-from . import stats
+from . import reads, stats
 from .attention import Attention
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -63,6 +63,8 @@ def _escape_help(text: str) -> str:
 
 
 def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     if float(value).is_integer() and abs(value) < 2**53:
@@ -192,6 +194,13 @@ def exposition(now: datetime) -> str:
         "Firing wakes held by no live runner (taken over when their lease lapses).",
         [({}, runners.orphaned)],
     )
+    lag = reads.replica_lag()
+    if lag is not None:
+        out.gauge(
+            "read_database_lag_seconds",
+            "How far behind the database these metrics are read from (WAKES['READ_DATABASE']) is; NaN: unknown.",
+            [({"database": lag.alias}, lag.seconds if lag.seconds is not None else math.nan)],
+        )
     out.gauge(
         "scrape_query_seconds",
         "How long this scrape's database queries took.",

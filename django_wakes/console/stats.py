@@ -40,6 +40,7 @@ from django.db.models.lookups import LessThanOrEqual
 from ..models import Runner, Wake, WakeAttempt
 from ..querysets import OVERDUE_AFTER
 from ..states import TERMINAL_STATES, Outcome, State
+from . import reads
 from .attention import FIRING_LIMIT, Attention
 
 #: Attempts that settled their wake: the "fires" of the charts.
@@ -105,7 +106,8 @@ def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Bac
     """
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     pending_rows = (
-        Wake.objects.filter(state=State.PENDING)
+        Wake.objects.using(reads.alias())
+        .filter(state=State.PENDING)
         .values_list("kind")
         .annotate(
             pending=Count("id"),
@@ -119,7 +121,8 @@ def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Bac
     for kind, pending, waiting, due, overdue, due_next_hour in pending_rows:
         counts[kind].update(pending=pending, waiting=waiting, due=due, overdue=overdue, due_next_hour=due_next_hour)
     firing_rows = (
-        Wake.objects.filter(state=State.FIRING)
+        Wake.objects.using(reads.alias())
+        .filter(state=State.FIRING)
         .values_list("kind")
         .annotate(firing=Count("id"), lapsed=Count("id", filter=Q(lease_until__lte=now)))
         .order_by()
@@ -135,7 +138,7 @@ def backlog(now: datetime, fireable_kinds: Collection[str] | None = None) -> Bac
     unwakeable = None if fireable is None else sum(k.due + k.lapsed for k in kinds if k.kind not in fireable)
     if len(kinds) > KIND_ROWS:
         kinds = [*kinds[:KIND_ROWS], sum(kinds[KIND_ROWS:], KindBacklog(OTHER_KINDS))]
-    oldest = Wake.objects.overdue(now).order_by("due_at").values_list("due_at", flat=True).first()
+    oldest = Wake.objects.using(reads.alias()).overdue(now).order_by("due_at").values_list("due_at", flat=True).first()
     return Backlog(
         by_kind=kinds,
         total=total,
@@ -150,14 +153,15 @@ def hung(attention: Attention) -> int:
 
     Reads at most :data:`~django_wakes.console.attention.FIRING_LIMIT` firing rows, oldest claims first.
     """
-    firing = Wake.objects.filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
+    firing = Wake.objects.using(reads.alias()).filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
     return sum(1 for wake in firing if attention.hung_reason(wake))
 
 
 def settled_by_state(since: datetime) -> dict[str, int]:
     """How many wakes reached each final state since ``since`` (terminal rows by ``updated_at``)."""
     found = dict(
-        Wake.objects.filter(state__in=TERMINAL_STATES, updated_at__gte=since)
+        Wake.objects.using(reads.alias())
+        .filter(state__in=TERMINAL_STATES, updated_at__gte=since)
         .values_list("state")
         .annotate(n=Count("id"))
         .order_by()
@@ -202,7 +206,7 @@ def lateness(since: datetime) -> Histogram:
     PostgreSQL hash-join the whole wake table at a million rows.
     """
     late = ExpressionWrapper(F("claimed_at") - F("due_at"), output_field=DurationField())
-    rows = Wake.objects.filter(
+    rows = Wake.objects.using(reads.alias()).filter(
         state__in=SETTLED_BY_SINK, updated_at__gte=since, due_at__isnull=False, claimed_at__isnull=False
     )
     buckets = {
@@ -256,7 +260,8 @@ def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
     count = int(window / step)
     fires, failures, dead = [0] * count, [0] * count, [0] * count
     attempts = (
-        WakeAttempt.objects.filter(finished_at__gte=start, outcome__in=(*SUCCEEDED, *FAILED))
+        WakeAttempt.objects.using(reads.alias())
+        .filter(finished_at__gte=start, outcome__in=(*SUCCEEDED, *FAILED))
         .annotate(bucket=trunc("finished_at", tzinfo=UTC))
         .values_list("bucket", "outcome")
         .annotate(n=Count("id"))
@@ -267,7 +272,8 @@ def activity(now: datetime, window: timedelta, step: timedelta) -> Activity:
         if index is not None:
             (fires if outcome in SUCCEEDED else failures)[index] += n
     buried = (
-        Wake.objects.filter(state=State.DEAD, updated_at__gte=start)
+        Wake.objects.using(reads.alias())
+        .filter(state=State.DEAD, updated_at__gte=start)
         .annotate(bucket=trunc("updated_at", tzinfo=UTC))
         .values_list("bucket")
         .annotate(n=Count("id"))
@@ -295,7 +301,11 @@ def _index(bucket: datetime, start: datetime, step: timedelta, count: int) -> in
 def attempts_by_outcome(since: datetime) -> dict[str, int]:
     """How many attempts of each outcome finished since ``since`` (an index-only scan where the database can)."""
     found = dict(
-        WakeAttempt.objects.filter(finished_at__gte=since).values_list("outcome").annotate(n=Count("id")).order_by()
+        WakeAttempt.objects.using(reads.alias())
+        .filter(finished_at__gte=since)
+        .values_list("outcome")
+        .annotate(n=Count("id"))
+        .order_by()
     )
     return {outcome: found.get(outcome, 0) for outcome in Outcome.values}
 
@@ -309,7 +319,8 @@ def missed_occurrences(since: datetime) -> dict[str, int]:
     equals ``settled_at`` on a settled row, so the range scan runs on ``gc``'s index of terminal rows.
     """
     found = (
-        Wake.objects.filter(
+        Wake.objects.using(reads.alias())
+        .filter(
             state__in=TERMINAL_STATES,
             updated_at__gte=since,
             settled_at__gte=since,
@@ -355,10 +366,12 @@ class Runners:
 
 def runners(now: datetime, *, wakes_per_runner: int = 5) -> Runners:
     """Read the live runners (``runner_heartbeat_idx``) and the firing wakes (``state = 'firing'``)."""
-    live_rows = list(Runner.objects.live(now).order_by("started_at", "id")[:RUNNER_ROWS])
-    live_ids = set(Runner.objects.live(now).values_list("id", flat=True))  # runners are few: one row a process
-    stale_count = Runner.objects.stale(now).count()
-    firing = Wake.objects.filter(state=State.FIRING)
+    live_rows = list(Runner.objects.using(reads.alias()).live(now).order_by("started_at", "id")[:RUNNER_ROWS])
+    live_ids = set(
+        Runner.objects.using(reads.alias()).live(now).values_list("id", flat=True)
+    )  # runners are few: one row a process
+    stale_count = Runner.objects.using(reads.alias()).stale(now).count()
+    firing = Wake.objects.using(reads.alias()).filter(state=State.FIRING)
     holding = dict(firing.values_list("claimed_by").annotate(n=Count("id")).order_by())
     held: dict[str, list[HeldWake]] = defaultdict(list)
     for row in firing.order_by("claimed_at", "id").values_list(
