@@ -40,6 +40,7 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	bash scripts/install-browser || [ "$${CI:-}" != "true" ]
 	bash scripts/install-pgbouncer || [ "$${CI:-}" != "true" ]
+	bash scripts/install-patroni || [ "$${CI:-}" != "true" ]
 	PYTHON=$(PY) bash scripts/run-tests
 
 ## lint: ruff (lint and format), mypy with django-stubs over django_wakes/, and the migration check

@@ -188,3 +188,50 @@ def trace_probe(wake: Any, result: dict[str, Any]) -> Any:
     if steer.get("fail"):
         raise RuntimeError("probe.trace fails on purpose")
     return None
+
+
+@sink("probe.ha")
+def ha(wake: Any, result: dict[str, Any]) -> None:
+    """The HA tests' workload (``tests/test_ha.py``): a ledger line like ``probe.ledger``'s, plus the port
+    of the PostgreSQL node this runner's connection is on (which node claimed it), inside ``once()`` when
+    the intent says ``"once": true`` (the effect then happens at most once per wake, whatever re-drives it;
+    the receipt's session is ``ha:<intent's run>:<wake id>``).
+
+    The port is read first: during a failover that query fails like any sink's own query would.
+    """
+    from django.db import connection
+
+    from django_wakes import once
+
+    steer = wake.intent if isinstance(wake.intent, dict) else {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT inet_server_port()")
+        (port,) = cursor.fetchone()
+    directory = os.environ.get("WAKES_PROBE_DIR")
+
+    def effect() -> dict[str, Any]:
+        if directory:
+            line = {
+                "id": wake.pk,
+                "i": steer.get("i"),
+                "once": bool(steer.get("once")),
+                "attempt": wake.attempts,
+                "claimed_at": wake.claimed_at.timestamp() if wake.claimed_at else None,
+                "port": port,
+                "pid": os.getpid(),
+                "wall": time.time(),
+            }
+            fd = os.open(
+                os.path.join(directory, f"probe.ha-{os.getpid()}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            )
+            try:
+                os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return {"port": port}
+
+    if steer.get("once"):
+        once(f"ha:{steer.get('run', '')}:{wake.pk}", "effect", effect)
+    else:
+        effect()

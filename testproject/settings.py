@@ -60,8 +60,21 @@ LOGIN_URL = "django_wakes:login"
 
 
 def database_from_url(url: str) -> dict:
-    """Turn a ``DATABASE_URL`` into a ``DATABASES`` entry (stdlib only)."""
+    """Turn a ``DATABASE_URL`` into a ``DATABASES`` entry (stdlib only).
+
+    PostgreSQL may name several hosts, libpq's way (``postgres://user@h1:p1,h2:p2/name?target_session_attrs=
+    read-write``): ``HOST`` and ``PORT`` become the comma-separated lists libpq takes, and the query's
+    other parameters go into ``OPTIONS`` (the HA tests reach a Patroni cluster this way).
+    """
     parsed = urlparse(url)
+    hosts = parsed.netloc.rsplit("@", 1)[-1]
+    if "," in hosts:  # several hosts: urlparse cannot read their ports, so read them here
+        pairs = [pair.rsplit(":", 1) if ":" in pair else [pair, ""] for pair in hosts.split(",")]
+        single = url.replace(hosts, pairs[0][0] or "localhost", 1)
+        config = database_from_url(single)
+        config["HOST"] = ",".join(host for host, _ in pairs)
+        config["PORT"] = ",".join(port for _, port in pairs)
+        return config
     scheme = parsed.scheme.split("+")[0]
     options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     if scheme == "sqlite":
@@ -94,6 +107,8 @@ def database_from_url(url: str) -> dict:
         config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
     if "test_name" in options:
         config["TEST"]["NAME"] = options["test_name"]
+    if engine.endswith("postgresql"):
+        config["OPTIONS"].update({k: v for k, v in options.items() if k != "test_name"})
     return config
 
 
@@ -137,6 +152,13 @@ if os.environ.get("WAKES_TEST_OTEL_SPANS"):
     from testproject.otel import export_spans_to
 
     export_spans_to(os.environ["WAKES_TEST_OTEL_SPANS"])
+
+# WAKES_READ_DATABASE_URL: a streaming replica of "default" that the console's wake list, dashboard and metrics
+# read from (tests/test_ha.py points it at the Patroni standby).
+if os.environ.get("WAKES_READ_DATABASE_URL"):
+    DATABASES["replica"] = database_from_url(os.environ["WAKES_READ_DATABASE_URL"])
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    WAKES["READ_DATABASE"] = "replica"
 
 LOGGING = {
     "version": 1,

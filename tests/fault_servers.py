@@ -817,8 +817,31 @@ def _snapshot(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _keys(args: dict[str, Any]) -> dict[str, list[Any]]:
+    """``idempotency_key -> [id, state, attempts]`` of every wake of the workspace that has a key."""
+    from django_wakes.models import Wake
+
+    rows = Wake.objects.filter(workspace_id=args["workspace"], idempotency_key__isnull=False)
+    return {
+        key: [pk, state, attempts]
+        for key, pk, state, attempts in rows.values_list("idempotency_key", "pk", "state", "attempts")
+    }
+
+
+def _receipts(args: dict[str, Any]) -> dict[str, int]:
+    """How many ``once()`` receipts whose session starts with ``args["prefix"]`` are in each state."""
+    from django.db.models import Count
+
+    from django_wakes.models import Receipt
+
+    rows = Receipt.objects.filter(session_id__startswith=args["prefix"]).values("state").annotate(n=Count("id"))
+    return {row["state"]: row["n"] for row in rows}
+
+
 ACTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ping": lambda args: True,
+    "keys": _keys,
+    "receipts": _receipts,
     "reset": _reset,
     "seed": _seed,
     "states": _states,
