@@ -20,7 +20,7 @@ def planned(target: str, venv: Path) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("no make")
     out = subprocess.run(  # noqa: S603
-        ["make", "-n", target, f"VENV={venv}", "PYTHON=python3"],  # noqa: S607 - make from PATH, as a user runs it
+        ["make", "-n", "--no-print-directory", target, f"VENV={venv}", "PYTHON=python3"],  # noqa: S607 - make from PATH
         cwd=ROOT,
         capture_output=True,
         text=True,
