@@ -3,6 +3,7 @@ the wake page's buttons (confirm, then an engine transition and a message), and 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -292,6 +293,36 @@ def test_the_attempt_history_shows_error_types(admin_client: Any) -> None:
     assert "builtins.ValueError" in wake_page(admin_client, wake)
 
 
+def page_fields(html: str) -> set[str]:
+    """The fields of a wake page's fieldsets (``<div class="form-row field-x">``), not the attempts' columns."""
+    return set(re.findall(r'<div class="form-row[^"]* field-([a-z_]+)"', html))
+
+
+def test_the_wake_page_leaves_out_empty_fields_and_shows_the_attempts_near_the_top(admin_client: Any) -> None:
+    wake = WakeFactory(kind=KIND, state=State.DEAD, attempts=1, settled_at=clock.now(), last_error="ValueError: bad")
+    WakeAttempt.objects.create(
+        wake=wake, number=1, runner_id="r", started_at=clock.now(), finished_at=clock.now(), outcome=Outcome.FAILED
+    )
+    html = wake_page(admin_client, wake)
+    fields = page_fields(html)
+    assert {"state", "why_now", "kind", "queue_name", "attempts", "settled_at_s", "last_error_details"} <= fields
+    empty = {"event_key", "prompt", "in_flight", "claimed_by_link", "lane_lock", "result_json", "expires_at_s",
+             "guarded", "start_guard", "priority", "depth", "fence", "chain", "what_it_does"}  # fmt: skip
+    assert fields & empty == set()
+    assert len(fields) <= 18, sorted(fields)  # of the 41 the page can show
+    assert ">Recurrence<" not in html and ">Trigger<" not in html  # fieldsets with nothing to show are gone
+    assert html.index('id="attempt_log-group"') < html.index(">Identity<")  # right after state, why and trigger
+    assert "icon-no.svg" not in html
+
+
+def test_a_guarded_wakes_page_says_its_sink_starts_are_recorded_in_words(admin_client: Any) -> None:
+    wake = WakeFactory(kind=KIND, guarded=True, priority=3)
+    html = wake_page(admin_client, wake)
+    assert "yes: a runner died holding this wake, so each claim records when its sink starts" in html
+    assert "icon-yes.svg" not in html and "icon-no.svg" not in html
+    assert {"start_guard", "priority"} <= page_fields(html)  # not the default: shown
+
+
 # --------------------------------------------------------------------------------------------------
 # The wake page's buttons
 # --------------------------------------------------------------------------------------------------
@@ -430,6 +461,86 @@ def test_a_wake_held_back_by_a_paused_lane_says_so(admin_client: Any) -> None:
         wake = WakeFactory(kind=KIND, serial_key="acct/5", due_at=START - timedelta(minutes=2))
         PausedLane.objects.create(serial_key="acct/5", paused_at=START, paused_by="ops")
         assert "lane acct/5 is paused: it fires once the lane is resumed" in wake_page(admin_client, wake)
+
+
+def why_of(response: Any, wake: Wake) -> str:
+    """The "why" cell of one wake's row in the list."""
+    html = response.content.decode()
+    row = html[html.index(f'<th class="field-id"><a href="/admin/django_wakes/wake/{wake.pk}/change/"') :]
+    row = row[: row.index("</tr>")]
+    return row[row.index('class="field-why"') :]
+
+
+def test_a_wake_held_by_its_lane_names_the_wake_ahead_and_its_state(admin_client: Any, settings: Any) -> None:
+    """Queued behind a hung holder, a lapsed one, a running one, or a pending head no runner fires."""
+    settings.WAKES = {**settings.WAKES, "LEASE": "15s"}
+    with fake_clock(START):
+        live_runner(kinds=[KIND])
+        hung = firing(
+            serial_key="acct/1", claimed_at=START - timedelta(seconds=75), lease_until=START + timedelta(seconds=9)
+        )
+        behind_hung = WakeFactory(kind=KIND, serial_key="acct/1", due_at=START - timedelta(seconds=75))
+        gone = firing(
+            serial_key="acct/2", claimed_at=START - timedelta(seconds=60), lease_until=START - timedelta(seconds=40)
+        )
+        behind_gone = WakeFactory(kind=KIND, serial_key="acct/2", due_at=START - timedelta(seconds=30))
+        running = firing(serial_key="acct/3", claimed_at=START - timedelta(seconds=3))
+        behind_running = WakeFactory(kind=KIND, serial_key="acct/3", due_at=START - timedelta(seconds=2))
+        head = WakeFactory(kind="nobody.fires.this", serial_key="acct/4", due_at=START - timedelta(minutes=5))
+        behind_head = WakeFactory(kind=KIND, serial_key="acct/4", due_at=START - timedelta(minutes=1))
+        not_due = WakeFactory(kind=KIND, serial_key="acct/1", due_at=START + timedelta(minutes=1))
+        response = page(admin_client)
+        link = '<a href="/admin/django_wakes/wake/{}/change/" title="{}">{}</a>'
+        why = why_of(response, behind_hung)
+        assert 'class="wake-lane-held"' in why and link.format(hung.pk, KIND, hung.pk) in why
+        held = f"lane held by wake {link.format(hung.pk, KIND, hung.pk)}, "
+        assert held + "hung: firing for 1m15s, longer than its lease (15s)" in why
+        why = why_of(response, behind_gone)
+        assert 'class="wake-lane-held"' in why and link.format(gone.pk, KIND, gone.pk) in why
+        assert "lease lapsed 40s ago" in why
+        why = why_of(response, behind_running)
+        assert 'class="wake-lane-waits"' in why and link.format(running.pk, KIND, running.pk) in why
+        assert "firing since <time" in why and "2029-12-31 23:59:57" in why
+        why = why_of(response, behind_head)
+        assert 'class="wake-lane-held"' in why and link.format(head.pk, "nobody.fires.this", head.pk) in why
+        assert (
+            "waits in its lane behind wake" in why and "unwakeable: no live runner fires kind nobody.fires.this" in why
+        )
+        assert "behind wake" not in why_of(response, not_due)  # not due yet: nothing holds it back
+        assert "behind wake" not in why_of(response, head)  # the head itself is unwakeable, not held
+        assert "hung: firing for 1m15s" in wake_page(admin_client, behind_hung)  # the wake page says it too
+        lanes = page(admin_client, LANES).content.decode()
+        busy = lanes[lanes.index('id="busy-lanes"') : lanes.index('id="waiting-lanes"')]
+        assert '<strong class="wake-lane-held">hung: firing for 1m15s, longer than its lease (15s)</strong>' in busy
+        assert "lease lapsed 40s ago" in busy and "firing since <time" in busy
+        detail = page(admin_client, LANES, lane="acct/1").content.decode()
+        assert "hung: firing for 1m15s" in detail[detail.index('id="lane-holder-state"') :]
+
+
+def test_the_lanes_of_a_list_page_are_read_in_a_bounded_number_of_queries(
+    admin_client: Any, django_assert_max_num_queries: Any
+) -> None:
+    with fake_clock(START):
+        live_runner(kinds=[KIND])
+        for lane in range(20):
+            firing(serial_key=f"acct/{lane}", claimed_at=START - timedelta(seconds=3), claimed_by="host-a:1:aaa")
+            WakeFactory(kind=KIND, serial_key=f"acct/{lane}", due_at=START - timedelta(seconds=1))
+        with django_assert_max_num_queries(20):  # one query for the 20 holders, not one per row
+            html = page(admin_client).content.decode()
+        assert html.count('class="wake-lane-waits"') == 20
+
+
+def test_a_dead_letters_why_is_red(admin_client: Any) -> None:
+    with fake_clock(START):
+        dead = WakeFactory(
+            kind=KIND, state=State.DEAD, attempts=5, settled_at=START, last_error="Traceback\nKeyError: 'x'"
+        )
+        silent = WakeFactory(kind=KIND, state=State.DEAD, attempts=5, settled_at=START, last_error="")
+        response = page(admin_client)
+    assert '<strong class="wake-dead" title="KeyError: &#x27;x&#x27;">dead: KeyError: &#x27;x&#x27;</strong>' in why_of(
+        response, dead
+    )
+    assert "dead: failed every attempt" in why_of(response, silent)
 
 
 def test_pause_and_resume_a_lane_from_its_page(admin_client: Any, calls: Any) -> None:

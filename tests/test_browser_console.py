@@ -1,6 +1,7 @@
-"""The operator console in a real Chromium on a 1500 px screen: what an operator on call does, where they do it.
+"""The operator console in a real Chromium on a 1440 px screen: what an operator on call does, where they do it.
 
-The list must fit without horizontal scrolling with the "why" and the attempts in view; a filter is a
+The list must fit without horizontal scrolling with the "why" and the attempts in view, its times and a
+task's call each on one line; a wake held by its lane names the wake ahead; a filter is a
 click; a wake page button asks first, then changes the row and says what it did; the lanes page
 pauses and resumes a lane. Screenshots (``console-*.png``) are the ones ``docs/operations.md`` shows.
 """
@@ -26,7 +27,8 @@ from tests.factories import WakeFactory
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 KIND = "billing.charge_card"
-WIDTH = 1500
+RED = "rgba(186, 33, 33, 1)"  # the admin's --error-fg, as the hung and unwakeable notes
+WIDTH = 1440
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +38,7 @@ def calls(sinks: Any) -> Any:
 
 @pytest.fixture
 def console(browser: Browser, admin_user: Any, settings: Any) -> Iterator[Browser]:
-    """The browser, 1500 px wide, logged in as a superuser (who has ``operate_wake``); runners lease for 15 s."""
+    """The browser, 1440 px wide, logged in as a superuser (who has ``operate_wake``); runners lease for 15 s."""
     settings.WAKES = {**settings.WAKES, "LEASE": "15s"}
     client = Client()
     client.force_login(admin_user)
@@ -86,6 +88,9 @@ def a_night_on_call() -> dict[str, Wake]:
         claimed_at=now - timedelta(seconds=75),
         lease_until=now + timedelta(seconds=10),  # its live runner keeps renewing the lease
         attempts=1,
+    )
+    wakes["queued"] = WakeFactory(  # behind the hung one in its lane
+        workspace_id="acme-prod", kind=KIND, serial_key="acct/7781", due_at=now - timedelta(seconds=70)
     )
     wakes["stranded"] = WakeFactory(
         workspace_id="acme-prod", kind="reports.nightly_export", due_at=now - timedelta(minutes=7)
@@ -169,7 +174,7 @@ def _gone(element: Any) -> bool:
 
 
 def shot(browser: Browser, name: str, *, tall: bool = False) -> None:
-    """Screenshot at 1500 px wide; ``tall`` grows the window to the page's height first (the admin scrolls inside)."""
+    """Screenshot at 1440 px wide; ``tall`` grows the window to the page's height first (the admin scrolls inside)."""
     if tall:
         height = browser.driver.execute_script("return document.documentElement.scrollHeight")
         browser.driver.set_window_size(WIDTH, min(height + 120, 3200))
@@ -188,7 +193,27 @@ def messages(browser: Browser) -> list[str]:
     return [m.text for m in browser.driver.find_elements("css selector", "ul.messagelist li")]
 
 
-def test_the_wake_list_fits_1500px_with_the_why_in_view(console: Browser) -> None:
+#: The distinct line tops of an element's content (a range over it): one per line it takes.
+LINES = """
+const range = document.createRange();
+range.selectNodeContents(arguments[0]);
+return new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top))).size;
+"""
+
+
+#: The height of one line of text: a range over a one-word cell's content.
+ONE_LINE = """
+const range = document.createRange();
+range.selectNodeContents(arguments[0]);
+return range.getBoundingClientRect().height;
+"""
+
+
+def lines_of(browser: Browser, css: str) -> list[int]:
+    return [browser.driver.execute_script(LINES, cell) for cell in browser.driver.find_elements("css selector", css)]
+
+
+def test_the_wake_list_fits_1440px_with_the_why_in_view(console: Browser) -> None:
     wakes = a_night_on_call()
     console.visit(reverse("admin:django_wakes_wake_changelist"))
     assert console.driver.execute_script("return document.documentElement.scrollWidth") <= WIDTH
@@ -210,6 +235,19 @@ def test_the_wake_list_fits_1500px_with_the_why_in_view(console: Browser) -> Non
     utc = console.find(f"#result_list tr:has(a[href*='/{wakes['later'].pk}/change/']) td.field-when time")
     assert utc.get_attribute("title").endswith(" UTC")
     assert len(utc.text) == len("2030-01-01 09:00:05")  # to the second
+    assert set(lines_of(console, "#result_list td.field-when")) == {1}, "a time wraps"
+    assert set(lines_of(console, "#result_list td.field-trigger .wake-nowrap")) == {1}, "'at <time>' wraps"
+    assert set(lines_of(console, "#result_list td.field-state, #result_list td.field-lane")) == {1}
+    call = console.find("#result_list code.wake-call")
+    assert call.get_attribute("title") == 'shop.tasks.send_receipt(9912, lang="fr")'  # whole on hover
+    assert lines_of(console, "#result_list code.wake-call") == [1, 1], "a task's call or output breaks"
+    plain = console.find(f"#result_list tr:has(a[href*='/{wakes['later'].pk}/change/'])")
+    line = console.driver.execute_script(ONE_LINE, plain.find_element("css selector", "td.field-state"))
+    assert plain.size["height"] < 2 * line + 16, "a row with a short why takes one line (and its padding)"
+    queued = console.text(f"#result_list tr:has(th a[href*='/{wakes['queued'].pk}/change/']) td.field-why")
+    assert f"lane held by wake {wakes['hung'].pk}, hung: firing for" in queued
+    dead = console.find(f"#result_list tr:has(th a[href*='/{wakes['dead'].pk}/change/']) td.field-why strong")
+    assert dead.get_attribute("class") == "wake-dead" and dead.value_of_css_property("color") == RED
     shot(console, "console-wake-list", tall=True)
 
 
@@ -284,6 +322,14 @@ def test_the_dead_letter_is_retried_from_its_page(console: Browser) -> None:
     dead = a_night_on_call()["dead"]
     console.visit(reverse("admin:django_wakes_wake_change", args=[dead.pk]))
     assert "stripe.error.CardError" in console.text("#attempt_log-group")
+    attempts = console.find("#attempt_log-group").rect
+    assert attempts["y"] + attempts["height"] < 900, "the attempt history is in the first screen (1440x900)"
+    labels = [label.text for label in console.driver.find_elements("css selector", "fieldset .form-row label")]
+    assert "Start recorded:" not in labels and "Event key:" not in labels and "Approval prompt:" not in labels
+    why = console.find("div.field-why_now strong.wake-dead")
+    assert why.text.startswith("dead: stripe.error.CardError") and why.value_of_css_property("color") == RED
+    height = console.driver.execute_script("return document.documentElement.scrollHeight")
+    assert height < 1800, f"the page is {height} px tall (it was ~2,900 with every empty field)"
     shot(console, "console-wake-dead", tall=True)
     click_link(console, "Retry")
     press(console)

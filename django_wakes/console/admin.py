@@ -48,6 +48,7 @@ from .display import (
     chain_link,
     describe_trigger,
     error_details,
+    holder_note,
     moment,
     pretty_json,
     runner_link,
@@ -69,6 +70,10 @@ else:
     ModelAdmin = admin.ModelAdmin
     AttemptInline = admin.TabularInline
 
+#: The wake page's Recurrence fields: shown for a recurring wake or a chain's occurrence only.
+RECURRENCE_FIELDS = ("chain", "occurrence", "cron", "every", "tz", "catch_up", "start_at_s", "end_at_s")
+#: A task's call and output are sent at most this long (the list shows one line of them, the rest on hover).
+CALL_CHARS = 200
 #: The wake list counts its matches up to this many and says "more than" beyond (COUNT(*) of 1M rows is not free).
 COUNT_CAP = 10_000
 
@@ -345,7 +350,7 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
                     "lease_until_s",
                     "lane_lock",
                     "fence",
-                    "guarded",
+                    "start_guard",
                     "sink_started_at_s",
                     "last_error_details",
                 )
@@ -355,11 +360,17 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             _("Recurrence"),
             {
                 "classes": ("collapse",),
-                "fields": ("chain", "occurrence", "cron", "every", "tz", "catch_up", "start_at_s", "end_at_s"),
+                "fields": RECURRENCE_FIELDS,
             },
         ),
     )
     readonly_fields = tuple(str(field) for _title, options in fieldsets for field in options["fields"])
+    #: Shown on every wake's page; any other field is left out while it is empty, or at a default that says nothing.
+    always_shown = frozenset(
+        {"id", "state", "trigger", "kind", "workspace_id", "queue_name", "attempts", "max_attempts"}
+    )
+    #: Defaults that say nothing: priority 0, created by no sink (depth 0), never claimed (fence 0).
+    silent_defaults: dict[str, object] = {"priority": 0, "depth": 0, "fence": 0}
 
     created = _time_field("created_at", _("created"))
     fire_at_s = _time_field("fire_at", _("fire at"))
@@ -372,6 +383,34 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
     sink_started_at_s = _time_field("sink_started_at", _("sink started"))
     start_at_s = _time_field("start_at", _("chain starts"))
     end_at_s = _time_field("end_at", _("chain ends"))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Wake | None = None) -> Any:
+        """The wake page's fields, without those that are empty for this wake (a dead wake's page was ~25 dashes).
+
+        The attempt history comes right after the first fieldset (the template puts it there).
+        """
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        shown = []
+        for title, options in fieldsets:
+            fields = [name for name in options["fields"] if self._worth_showing(obj, str(name))]
+            if fields:
+                shown.append((title, {**options, "fields": fields}))
+        return shown
+
+    def _worth_showing(self, wake: Wake, name: str) -> bool:
+        if name in self.always_shown:
+            return True
+        if name in RECURRENCE_FIELDS and not (wake.chain_id or wake.is_recurring):
+            return False  # catch-up and occurrence have defaults even on a one-off wake
+        display = getattr(self, name, None)
+        if callable(display):
+            return str(display(wake)) not in ("", "-")
+        value = getattr(wake, name)
+        if name in self.silent_defaults:
+            return bool(value != self.silent_defaults[name])
+        return value not in (None, "", [], {})
 
     # -- pages ---------------------------------------------------------------------------------------
 
@@ -410,6 +449,12 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             "read_lag": reads.replica_lag() if reads.for_listing(request) else None,
         }
         return _rendered_with_attention(lambda: super(WakeAdmin, self).changelist_view(request, context))
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The list's page of wakes, whose lanes' holders are then read in one query (for "why")."""
+        changelist = super().get_changelist_instance(request)
+        _current_attention().know_lanes(list(changelist.result_list))
+        return changelist
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -481,13 +526,18 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
         queue: LaneQueue | None = None
         if lane:
             queue = lane_queue(lane)
+        busy = busy_lanes() if queue is None else []
+        attention = Attention()
+        for held in [*busy, *([queue] if queue is not None else [])]:
+            if held.holder is not None:
+                held.holder_note = holder_note(held.holder, attention)
         context = {
             **self.admin_site.each_context(request),
             "title": _("Lanes") if queue is None else _("Lane %(lane)s") % {"lane": lane},
             "opts": self.opts,
             "operator": operator,
             "lane": queue,
-            "busy": busy_lanes() if queue is None else [],
+            "busy": busy,
             "waiting": waiting_lanes() if queue is None else [],
             "paused": list(PausedLane.objects.order_by("-paused_at")[:100]) if queue is None else [],
             "pause_form": PauseLaneForm(initial={"lane": lane}) if queue is not None and not queue.paused else None,
@@ -547,10 +597,13 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
         call = task_call(wake)
         lines = [format_html("{} {}", shorten(wake.kind, 40), format_html_join(" ", "{}", ((e,) for e in extras)))]
         if call is not None:
-            lines.append(format_html('<br><code title="{}">{}</code>', call, Truncator(call).chars(60)))
+            # One line each, cut with an ellipsis by the CSS (never broken mid-name), whole on hover.
+            shown = Truncator(call).chars(CALL_CHARS)
+            lines.append(format_html('<br><code class="wake-call" title="{}">{}</code>', call, shown))
             if wake.output is not None:
                 output = json.dumps(wake.output, ensure_ascii=False)
-                lines.append(format_html('<br>→ <code title="{}">{}</code>', output, Truncator(output).chars(50)))
+                shown = Truncator(output).chars(CALL_CHARS)
+                lines.append(format_html('<br><code class="wake-call" title="{}">→ {}</code>', output, shown))
         return format_html_join("", "{}", ((line,) for line in lines))
 
     @admin.display(description=_("trigger"))
@@ -568,14 +621,17 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
     def workspace(self, wake: Wake) -> str:
         return shorten(wake.workspace_id)
 
-    @admin.display(description=_("when"))
+    @admin.display(description=_("due · claimed · settled"))
     def when(self, wake: Wake) -> str:
-        """The moment that matters in this state: due (pending), claimed (firing), settled (ended)."""
+        """The moment that matters in this state: due (pending), claimed (firing), settled (ended).
+
+        The state column says which, so the cell holds the time alone (one line at 1440 px).
+        """
         if wake.state == State.PENDING:
-            return format_html("{} {}", _("due"), moment(wake.due_at))
+            return moment(wake.due_at)
         if wake.state == State.FIRING:
-            return format_html("{} {}", _("claimed"), moment(wake.claimed_at))
-        return format_html("{} {}", _("settled"), moment(wake.settled_at or wake.updated_at))
+            return moment(wake.claimed_at)
+        return moment(wake.settled_at or wake.updated_at)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_of_max(self, wake: Wake) -> str:
@@ -593,9 +649,10 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("what it does"))
     def what_it_does(self, wake: Wake) -> str:
+        """A task's call (``module.fn(1, key=2)``); other wakes have their kind, shown below."""
         call = task_call(wake)
         if call is None:
-            return format_html("{}", wake.kind)
+            return "-"
         return format_html("<code>{}</code>", call)
 
     @admin.display(description=_("in flight"))
@@ -625,6 +682,19 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
             started,
             _("lease"),
             lease,
+        )
+
+    @admin.display(description=_("start recorded"))
+    def start_guard(self, wake: Wake) -> str:
+        """Whether claims record their sink's start: the rare state after a runner died holding the wake."""
+        if not wake.guarded:
+            return "-"  # the usual state: left off the page
+        return format_html(
+            "{}",
+            _(
+                "yes: a runner died holding this wake, so each claim records when its sink starts (only an attempt "
+                "whose sink really started is charged if a runner dies again)"
+            ),
         )
 
     @admin.display(description=_("chain"))

@@ -4,6 +4,8 @@
   (``WAKES["LEASE"]``; a live runner renews its lease, so the lease alone never says a sink hangs), or
   far longer than its kind usually takes: more than :data:`HUNG_FACTOR` times the median duration of
   the kind's recent fired attempts, and at least :data:`HUNG_FLOOR`.
+* **Held by its lane**: a due pending wake whose lane fires another wake first: the firing wake that holds
+  the lane (hung, lapsed or just running), or the pending wake at the lane's head (unwakeable, say).
 * **Unwakeable**: a due pending wake (or a lapsed firing one) whose kind no live runner fires. Each
   ``runwakes`` records the kinds it has sinks for (``Runner.kinds``) when it registers; the union over
   live runners is what can fire. The process asking (the admin's web server) may register different
@@ -11,7 +13,8 @@
   (no runner up, or runners that predate ``Runner.kinds``).
 
 Every query is bounded: firing wakes (few: at most the runners' batches) through ``wake_firing_lease_idx``, the
-last :data:`HISTORY` fired attempts by primary key, live runner rows.
+last :data:`HISTORY` fired attempts by primary key, live runner rows; a lane's holder through the unique
+``lane_lock`` index and its head through ``wake_pending_lane_idx``, once per lane and page.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ MIN_SAMPLES = 5
 PAUSED_LIMIT = 1000
 #: At most this many firing wakes are examined (more firing at once than this is itself the news).
 FIRING_LIMIT = 1000
+#: What is read of a wake that holds up its lane: enough to say why (never its payloads).
+BLOCKER_FIELDS = (
+    "id",
+    "kind",
+    "state",
+    "serial_key",
+    "lane_lock",
+    "due_at",
+    "claimed_at",
+    "sink_started_at",
+    "lease_until",
+    "last_error",
+)
 
 
 def seconds(delta: timedelta) -> str:
@@ -61,6 +77,8 @@ class Attention:
         self._kinds_source = ""
         self._typical: dict[str, timedelta] | None = None
         self._paused: frozenset[str] | None = None
+        self._holders: dict[str, Wake | None] = {}
+        self._heads: dict[str, Wake | None] = {}
 
     # -- unwakeable ---------------------------------------------------------------------------------
 
@@ -112,6 +130,30 @@ class Attention:
         """Whether this due pending wake is held back only because an operator paused its lane."""
         due = wake.state == State.PENDING and wake.due_at is not None and wake.due_at <= self.now
         return due and wake.serial_key is not None and wake.serial_key in self.paused_lanes
+
+    # -- held by the lane -------------------------------------------------------------------------
+
+    def know_lanes(self, wakes: list[Wake]) -> None:
+        """Read the holders of these wakes' lanes in one query (a list page asks about all its rows)."""
+        keys = {w.serial_key for w in wakes if w.serial_key and w.serial_key not in self._holders}
+        if keys:
+            held = {w.lane_lock: w for w in Wake.objects.filter(lane_lock__in=keys).only(*BLOCKER_FIELDS)}
+            self._holders.update({key: held.get(key) for key in keys})
+
+    def lane_blocker(self, wake: Wake) -> Wake | None:
+        """The wake its lane fires before this due pending one: the firing holder, else the pending head."""
+        key = wake.serial_key
+        if key is None or wake.state != State.PENDING or wake.due_at is None or wake.due_at > self.now:
+            return None
+        if key not in self._holders:
+            self._holders[key] = Wake.objects.filter(lane_lock=key).only(*BLOCKER_FIELDS).first()
+        if self._holders[key] is not None:
+            return self._holders[key]
+        if key not in self._heads:
+            pending = Wake.objects.filter(serial_key=key, state=State.PENDING).order_by("due_at", "id")
+            self._heads[key] = pending.only(*BLOCKER_FIELDS).first()
+        head = self._heads[key]
+        return head if head is not None and head.pk != wake.pk else None
 
     # -- hung ---------------------------------------------------------------------------------------
 

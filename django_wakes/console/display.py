@@ -88,7 +88,7 @@ def describe_trigger(wake: Wake) -> str:
         return chain_link(wake, format_html('cron "{}" ({})', wake.cron, wake.tz or "UTC"))
     if wake.every is not None:
         return chain_link(wake, format_html("every {}", compact_duration(wake.every)))
-    return format_html("at {}", moment(wake.fire_at))
+    return format_html('<span class="wake-nowrap">at {}</span>', moment(wake.fire_at))
 
 
 def chain_link(wake: Wake, text: str) -> str:
@@ -127,19 +127,27 @@ def wake_link(wake_id: int) -> str:
 
 
 def why(wake: Wake, attention: Attention) -> str:
-    """The note an operator reads first: hung, unwakeable, the last error, or how late it is (or was)."""
+    """The note an operator reads first: hung, unwakeable, held by its lane, dead, the last error, or how late."""
     hung = attention.hung_reason(wake)
     if hung:
         return format_html('<strong class="wake-hung">{} {}</strong>', _("hung:"), hung)
     if attention.is_unwakeable(wake):
-        return format_html(
-            '<strong class="wake-unwakeable">{}</strong>',
-            _("unwakeable: no live runner fires kind %(kind)s") % {"kind": wake.kind},
-        )
+        return format_html('<strong class="wake-unwakeable">{}</strong>', unwakeable_text(wake))
     if attention.waits_for_paused_lane(wake):
         return format_html(
             '<strong class="wake-paused">{}</strong>',
             _("lane %(lane)s is paused: it fires once the lane is resumed") % {"lane": wake.serial_key},
+        )
+    blocker = attention.lane_blocker(wake)
+    if blocker is not None:
+        return held_by(blocker, attention)
+    if wake.state == State.DEAD:
+        line = last_line(wake.last_error) or str(_("failed every attempt"))
+        return format_html(
+            '<strong class="wake-dead" title="{}">{} {}</strong>',
+            line,
+            _("dead:"),
+            Truncator(line).chars(SUMMARY_CHARS),
         )
     if wake.last_error:
         line = last_line(wake.last_error)
@@ -148,11 +156,7 @@ def why(wake: Wake, attention: Attention) -> str:
     if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
         return _("due for %(span)s") % {"span": seconds(now - wake.due_at)}
     if attention.lapsed(wake) and wake.lease_until is not None:
-        return format_html(
-            '<strong class="wake-lapsed">{}</strong>',
-            _("lease lapsed %(span)s ago: its runner is gone; any runner re-drives it")
-            % {"span": seconds(now - wake.lease_until)},
-        )
+        return format_html('<strong class="wake-lapsed">{}</strong>', lapsed_text(wake, now))
     if wake.state == State.FIRING:
         running = attention.running_for(wake)
         return _("firing for %(span)s") % {"span": seconds(running)} if running is not None else ""
@@ -161,3 +165,58 @@ def why(wake: Wake, attention: Attention) -> str:
         if late > timedelta(0):
             return _("started late by %(span)s") % {"span": seconds(late)}
     return ""
+
+
+def unwakeable_text(wake: Wake) -> str:
+    return str(_("unwakeable: no live runner fires kind %(kind)s") % {"kind": wake.kind})
+
+
+def lapsed_text(wake: Wake, now: datetime) -> str:
+    assert wake.lease_until is not None
+    return str(
+        _("lease lapsed %(span)s ago: its runner is gone; any runner re-drives it")
+        % {"span": seconds(now - wake.lease_until)}
+    )
+
+
+def ahead_state(ahead: Wake, attention: Attention) -> tuple[str, bool]:
+    """What a wake its lane fires first is doing, and whether that needs an operator (hung, lapsed, unwakeable)."""
+    hung = attention.hung_reason(ahead)
+    if hung:
+        return format_html("{} {}", _("hung:"), hung), True
+    if attention.lapsed(ahead):
+        return lapsed_text(ahead, attention.now), True
+    if ahead.state == State.FIRING:
+        return format_html("{} {}", _("firing since"), moment(ahead.sink_started_at or ahead.claimed_at)), False
+    if attention.is_unwakeable(ahead):
+        return unwakeable_text(ahead), True
+    due = ahead.due_at or attention.now
+    return str(_("pending, due for %(span)s") % {"span": seconds(max(attention.now - due, timedelta(0)))}), False
+
+
+def held_by(ahead: Wake, attention: Attention) -> str:
+    """A due wake its lane holds back: the wake the lane fires first, linked, and what that one is doing.
+
+    Red when the wake ahead needs an operator (hung, lease lapsed, unwakeable); plain when it is merely
+    running or about to be claimed.
+    """
+    state, alarming = ahead_state(ahead, attention)
+    text = _("lane held by wake") if ahead.state == State.FIRING else _("waits in its lane behind wake")
+    link = format_html(
+        '<a href="{}" title="{}">{}</a>',
+        reverse("admin:django_wakes_wake_change", args=[ahead.pk]),
+        ahead.kind,
+        ahead.pk,
+    )
+    shown = (
+        '<strong class="wake-lane-held">{} {}, {}</strong>'
+        if alarming
+        else '<span class="wake-lane-waits">{} {}, {}</span>'
+    )
+    return format_html(shown, text, link, state)
+
+
+def holder_note(holder: Wake, attention: Attention) -> str:
+    """The lanes page's word on a lane's firing holder: red when it is hung or its lease lapsed."""
+    state, alarming = ahead_state(holder, attention)
+    return format_html('<strong class="wake-lane-held">{}</strong>', state) if alarming else state

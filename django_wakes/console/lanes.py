@@ -33,6 +33,8 @@ class LaneQueue:
     paused: PausedLane | None
     waiting: int
     next: list[Wake] = field(default_factory=list)
+    #: What the holder is doing (firing since, hung, lease lapsed), as the page shows it; set by the page.
+    holder_note: str = ""
 
     @property
     def waiting_label(self) -> str:
