@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 KIND = "backups.nightly"
 WIDTH = 1500
 START = datetime(2026, 10, 18, 12, tzinfo=UTC)  # a Sunday; Paris falls back on Sunday 25 October
+ADMIN_BUTTON = "rgba(65, 118, 144, 1)"  # the admin's --button-bg (#417690; a browser's own button is grey)
 
 
 @pytest.fixture
@@ -116,7 +117,15 @@ def test_the_chain_page_shows_history_next_times_and_runs_its_buttons(
     chain = first.chain_id
     log_in(browser, admin_user)
     browser.visit(reverse("admin:django_wakes_chain", args=[chain]))
-    browser.click("#toggle-nav-sidebar")  # the whole width for the chain (the admin remembers the choice)
+    assert not browser.driver.find_elements("css selector", "#nav-sidebar")  # the whole width, as the console's pages
+
+    # Styled like the rest of the console: the admin's buttons, times typed on the 24-hour clock.
+    for button in ("#chain-pause", "#chain-trigger", "#chain-backfill"):
+        assert browser.find(button).value_of_css_property("background-color") == ADMIN_BUTTON, button
+    start = browser.find('[name="start"]')
+    assert start.get_attribute("type") == "text" and start.get_attribute("placeholder") == "YYYY-MM-DD HH:MM"
+    assert start.get_attribute("value") == "2026-10-22 09:15"  # a day before now (the 23rd, 09:15 UTC), in UTC
+    assert "24-hour times in UTC" in browser.text("#chain-backfill-form legend")
 
     assert browser.text("#chain-schedule") == "cron 30 2 * * * (Europe/Paris)"
     history = browser.text("#chain-history")
@@ -135,11 +144,14 @@ def test_the_chain_page_shows_history_next_times_and_runs_its_buttons(
     assert "fires now, once; the schedule is unchanged" in browser.text(".messagelist")
     assert Wake.objects.filter(chain_id=chain, result__manual=True, state=State.PENDING).count() == 1
 
-    # Backfill the two lost nights (times typed in Paris time).
-    for name, value in (("start", "2026-10-22T00:00"), ("end", "2026-10-23T12:00")):
-        browser.driver.execute_script("arguments[0].value = arguments[1]", browser.find(f'[name="{name}"]'), value)
+    # Backfill the two lost nights (typed in the operator's zone, UTC; the confirmation gives Paris time too).
+    browser.fill("start", "2026-10-22 00:00")
+    browser.fill("end", "2026-10-23 12:00")
     press(browser, "#chain-backfill")
     assert "Backfill chain" in browser.text("#chain-confirm-text")
+    assert "from 2026-10-22 00:00 UTC (02:00 CEST in Europe/Paris)" in browser.text("#chain-confirm-text")
+    assert "until 2026-10-23 12:00 UTC (14:00 CEST in Europe/Paris)" in browser.text("#chain-confirm-text")
+    assert browser.find("#chain-confirm").value_of_css_property("background-color") != "rgba(239, 239, 239, 1)"
     assert "The range holds 2 slots of the schedule up to now." in browser.text("#chain-confirm-text")
     screenshot(browser, "chain-confirm-backfill")
     press(browser, "#chain-confirm")

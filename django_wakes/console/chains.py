@@ -31,6 +31,7 @@ from .. import clock, engine
 from ..exceptions import WakeError
 from ..models import State, Wake, WakeAttempt
 from ..schedules import recurrence
+from .forms import MomentInput
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
@@ -55,14 +56,13 @@ def chain_urls(model_admin: ModelAdmin) -> list[URLPattern]:
 
 
 class BackfillForm(forms.Form):
-    """The range to backfill, read in the chain's own time zone (the page says which)."""
+    """The range to backfill, typed on the 24-hour clock in the operator's time zone, like every time the console reads.
 
-    start = forms.DateTimeField(
-        label=_("from"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
-    )
-    end = forms.DateTimeField(
-        label=_("until"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
-    )
+    The page says which zone; the confirmation shows the range in the chain's zone too.
+    """
+
+    start = forms.DateTimeField(label=_("from"), widget=MomentInput(seconds=False))
+    end = forms.DateTimeField(label=_("until"), widget=MomentInput(seconds=False))
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -88,6 +88,17 @@ def local_text(moment: datetime | None, zone: tzinfo) -> str:
         return "-"
     local = moment.astimezone(zone)
     return f"{local:%a %Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
+def in_both_zones(moment: datetime, zone: tzinfo) -> str:
+    """``2026-10-22 00:00 UTC (02:00 CEST in Europe/Paris)``: as typed (the operator's zone), and in the chain's."""
+    typed = timezone.localtime(moment)
+    shown = f"{typed:%Y-%m-%d %H:%M} {typed.tzname()}"
+    chain = moment.astimezone(zone)
+    if chain.utcoffset() == typed.utcoffset() and chain.tzname() == typed.tzname():
+        return shown
+    day = "" if chain.date() == typed.date() else f"{chain:%Y-%m-%d} "
+    return f"{shown} ({day}{chain:%H:%M} {chain.tzname()} in {zone})"
 
 
 @dataclass(frozen=True)
@@ -216,11 +227,9 @@ def _page_context(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, 
         "upcoming": upcoming,
         "can_operate": request.user.has_perm(f"{model_admin.opts.app_label}.operate_wake"),
         "request_id": secrets.token_hex(16),
+        "operator_zone": timezone.get_current_timezone_name(),
         "backfill_form": BackfillForm(
-            initial={
-                "start": (now - timedelta(days=1)).astimezone(zone).replace(tzinfo=None),
-                "end": now.astimezone(zone).replace(tzinfo=None),
-            }
+            initial={"start": timezone.localtime(now - timedelta(days=1)), "end": timezone.localtime(now)}
         ),
         "chain_url": reverse("admin:django_wakes_chain", args=[chain_id], current_app=model_admin.admin_site.name),
     }
@@ -251,9 +260,8 @@ def _act(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, template:
     zone = _zone(template)
     form = None
     if action == "backfill":
-        with timezone.override(zone):  # the range is typed in the chain's own zone
-            form = BackfillForm(request.POST)
-            valid = form.is_valid()
+        form = BackfillForm(request.POST)  # typed in the operator's zone (Django's current one)
+        valid = form.is_valid()
         if not valid:
             context = _page_context(request, model_admin, chain_id, template)
             context["backfill_form"] = form
@@ -274,7 +282,7 @@ def _act(request: HttpRequest, model_admin: ModelAdmin, chain_id: str, template:
         }
         if form is not None:
             start, end = form.cleaned_data["start"], form.cleaned_data["end"]
-            context["start"], context["end"] = start.astimezone(zone), end.astimezone(zone)
+            context["start"], context["end"] = in_both_zones(start, zone), in_both_zones(end, zone)
             # How many slots of the schedule the range holds (up to now): what the operator is about to look at.
             # Counted from where a backfill would start (the chain's beginning, gc's horizon), so a start typed
             # decades back costs no more than the chain's own history (and no OverflowError near year 1).

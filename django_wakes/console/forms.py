@@ -11,6 +11,26 @@ from django.utils.translation import gettext_lazy as _
 from ..models import KEY_LENGTH
 
 
+class MomentInput(forms.DateTimeInput):
+    """A time typed as text on the 24-hour clock, ``2026-10-22 14:05:00``, as the console writes times.
+
+    Not ``<input type="datetime-local">``: the browser draws that in its own locale's format, 12-hour
+    with AM/PM in en-US, beside pages that show every time on the 24-hour clock. Django reads what is
+    typed with its ``DATETIME_INPUT_FORMATS`` and ISO 8601 (``2026-10-22T14:05`` too).
+    """
+
+    def __init__(self, *, seconds: bool = True) -> None:
+        shape = "YYYY-MM-DD HH:MM:SS" if seconds else "YYYY-MM-DD HH:MM"
+        attrs = {
+            "class": "vTextField wake-moment",
+            "placeholder": shape,
+            "size": str(len(shape)),
+            "autocomplete": "off",
+            "spellcheck": "false",
+        }
+        super().__init__(attrs=attrs, format="%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
 class MomentForm(forms.Form):
     """One point in time, typed in the operator's time zone (Django's current one), to the second.
 
@@ -18,9 +38,7 @@ class MomentForm(forms.Form):
     (a daylight-saving change) is refused with a message rather than guessed.
     """
 
-    at = forms.DateTimeField(
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
-    )
+    at = forms.DateTimeField(widget=MomentInput())
 
     def __init__(self, *args: Any, label: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
