@@ -52,7 +52,6 @@ BLOCKER_FIELDS = (
     "claimed_at",
     "sink_started_at",
     "lease_until",
-    "last_error",
 )
 
 
