@@ -5,7 +5,8 @@
    carries LICENSE, README.md, CHANGELOG.md and docs/.
 3. A fresh virtualenv gets the wheel (and Django); a brand-new project in an empty temporary folder
    (not this checkout, which is kept off ``sys.path``) migrates on SQLite, schedules a wake, fires it
-   with ``runwakes --once``, and renders the admin console's pages and the approval page.
+   with ``runwakes --once``, and renders the admin console's pages, the approval page, and the login page
+   the wheel ships (``LOGIN_URL = "django_wakes:login"``) for a logged-out approver, back to the prompt.
 
 Run by .ci/run; locally: ``python3 scripts/wheel_smoke.py`` (a few minutes: it builds and installs).
 Exit status 0 only if every step held.
@@ -45,7 +46,7 @@ TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP
                            "django.contrib.messages.context_processors.messages"]}}]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "smoke.sqlite3"}}
 STATIC_URL = "static/"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "django_wakes:login"  # the README's: the login page the package ships, no template of ours
 WAKES = {"AUTHORIZE": "mysite.wakes.authorize"}
 """
 
@@ -105,7 +106,17 @@ approval = django_wakes.request_approval(
 )
 response = client.get(reverse("django_wakes:approve", args=[approval.token]), follow=True)
 assert response.status_code == 200 and b"Deploy?" in response.content, response.status_code
-print(f"smoke: wake {wake.pk} fired; {len(pages)} console pages and the approval page rendered", file=sys.stderr)
+# A logged-out approver: the link leads to the login page the wheel ships, and back to the prompt.
+second = django_wakes.request_approval(workspace_id="w", prompt="Roll back?", kind="smoke.touch", expires_in="1d")
+approver = Client()
+login = approver.get(reverse("django_wakes:approve", args=[second.token]), follow=True)
+assert login.status_code == 200 and b"Log in to answer the approval." in login.content, login.status_code
+back = approver.post(login.redirect_chain[-1][0], {"username": "admin", "password": "pw"}, follow=True)
+assert back.status_code == 200 and b"Roll back?" in back.content, back.status_code
+print(
+    f"smoke: wake {wake.pk} fired; {len(pages)} console pages, the approval page and its login page rendered",
+    file=sys.stderr,
+)
 """
 
 
