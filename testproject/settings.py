@@ -163,17 +163,17 @@ if os.environ.get("WAKES_READ_DATABASE_URL"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        # docs/operations.md's JSON logging; WAKES_LOG_FORMAT=json picks it (tests/test_logs.py)
-        "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-        },
-    },
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": os.environ.get("WAKES_LOG_FORMAT", "plain")}
     },
     "loggers": {"django_wakes": {"handlers": ["console"], "level": os.environ.get("WAKES_LOG_LEVEL", "INFO")}},
 }
+if os.environ.get("WAKES_LOG_FORMAT") == "json":
+    # docs/operations.md's JSON logging (tests/test_logs.py). Only when asked for: dictConfig builds every
+    # formatter it is given, and python-json-logger is a dev dependency (`make demo` installs none of them).
+    LOGGING["formatters"]["json"] = {
+        "()": "pythonjsonlogger.json.JsonFormatter",
+        "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+    }

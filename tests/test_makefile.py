@@ -6,9 +6,11 @@ install step is listed.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,35 @@ def test_make_demo_installs_the_package_and_django_only(tmp_path):
         f"{tmp_path / 'venv'}/bin/python manage.py migrate --verbosity 0",
         f"{tmp_path / 'venv'}/bin/python manage.py wakes_demo",
     ]
+
+
+#: What ``make demo`` leaves out that a module might reach for at start-up (``--group dev``'s, by import name).
+DEV_ONLY = (
+    *("pythonjsonlogger", "opentelemetry", "selenium", "factory", "faker", "pytest", "pytest_django", "mypy"),
+    *("ruff", "stripe", "standardwebhooks", "twine", "build"),
+)
+
+#: Start the testproject (settings, LOGGING, apps, system checks) with the dev toolchain made unimportable
+#: the way Python documents it (``None`` in ``sys.modules``), as in the virtualenv ``make demo`` builds.
+WITHOUT_DEV = f"""
+import sys
+for name in {DEV_ONLY!r}:
+    sys.modules[name] = None
+from django.core.management import execute_from_command_line
+execute_from_command_line(["manage.py", "check"])
+"""
+
+
+def test_the_testproject_starts_without_the_dev_toolchain():
+    """``make demo`` migrates and runs the testproject with Django and this package only."""
+    environment = {k: v for k, v in os.environ.items() if k != "WAKES_LOG_FORMAT"}
+    done = subprocess.run(  # noqa: S603 - our own interpreter on our own script
+        [sys.executable, "-c", WITHOUT_DEV],
+        cwd=ROOT,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
