@@ -26,16 +26,22 @@ recorded by different processes on one machine are comparable.
     anything else (a process killed mid-sink leaves a start without an end), then a sleep of
     ``sleep`` seconds or a random ``sleep_min``..``sleep_max`` (only on the attempt numbers in
     ``slow_attempts``, if given; with ``slow_until_guarded``, only until a runner died holding the
-    wake), then a ``raise`` line and an exception if ``fail``, else an
-    ``end`` line. Lines carry the wake id, lane, pid, thread, attempt number, claim token, fencing token, trigger
-    and ``t``.
+    wake), then a ``raise`` line and an exception if ``fail``, else an ``end`` line; with ``exit``
+    (``"SystemExit"`` or ``"KeyboardInterrupt"``) a ``raise`` line and ``sys.exit()`` or ``raise
+    KeyboardInterrupt``, as code lifted from a script does. Lines carry the wake id, lane, pid, thread,
+    attempt number, claim token, fencing token, trigger and ``t``.
+``probe.async_intent``
+    An ``async def`` sink: a ``start`` line, ``await asyncio.sleep(sleep)``, then ``exit`` as above or
+    an ``end`` line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -121,7 +127,30 @@ def intent(wake: Any, result: dict[str, Any]) -> None:
     if steer.get("fail"):
         _append("probe.intent", {**base, "phase": "raise", "t": time.monotonic_ns()})
         raise RuntimeError(f"probe.intent: wake {wake.pk} fails on purpose")
+    if steer.get("exit"):
+        _append("probe.intent", {**base, "phase": "raise", "t": time.monotonic_ns()})
+        _exit(steer["exit"])
     _append("probe.intent", {**base, "phase": "end", "t": time.monotonic_ns()})
+
+
+@sink("probe.async_intent")
+async def async_intent(wake: Any, result: dict[str, Any]) -> None:
+    """``probe.intent`` for an ``async def`` sink: ``start``, an ``await``, then ``exit`` as told or ``end``."""
+    steer = wake.intent if isinstance(wake.intent, dict) else {}
+    base = {"id": wake.pk, "pid": os.getpid(), "attempt": wake.attempts}
+    _append("probe.async_intent", {**base, "phase": "start", "t": time.monotonic_ns()})
+    await asyncio.sleep(float(steer.get("sleep", 0)))
+    if steer.get("exit"):
+        _append("probe.async_intent", {**base, "phase": "raise", "t": time.monotonic_ns()})
+        _exit(steer["exit"])
+    _append("probe.async_intent", {**base, "phase": "end", "t": time.monotonic_ns()})
+
+
+def _exit(how: str) -> None:
+    """What code lifted from a script does: ``sys.exit()`` or a ``KeyboardInterrupt`` of its own."""
+    if how == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    sys.exit(f"probe sink exits ({how})")
 
 
 @sink("probe.ledger")

@@ -177,3 +177,7 @@ if os.environ.get("WAKES_LOG_FORMAT") == "json":
         "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
         "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
     }
+# A broken host log handler that raises SystemExit in the runner's fire threads (tests/test_sink_exits.py).
+if os.environ.get("WAKES_TEST_BREAK_FIRE_LOGGING") == "1":
+    LOGGING["handlers"]["breaks"] = {"class": "testproject.log_handlers.RaisingInFireThreads"}
+    LOGGING["loggers"]["django_wakes"]["handlers"].append("breaks")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,23 @@ def hang_once(label: str) -> str:
         marker.touch()
         time.sleep(600)
     return label
+
+
+@task
+def script_exit(how: str) -> None:
+    """Code lifted from a script: ``sys.exit()`` (``how="exit"``) or ``raise KeyboardInterrupt``."""
+    _probe("script_exit", how=how)
+    if how == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    sys.exit(1)
+
+
+@task
+async def async_script_exit() -> None:
+    """An ``async def`` task that calls ``sys.exit()`` after an ``await``."""
+    await asyncio.sleep(0)
+    _probe("async_script_exit")
+    sys.exit(1)
 
 
 @task(queue_name="reports")

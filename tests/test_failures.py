@@ -14,8 +14,10 @@ import pytest
 
 import django_wakes
 from django_wakes import engine
+from django_wakes.engine import interrupts
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
 from django_wakes.sinks import Defer, Retry, registry
+from tests.test_sink_exits import ctrl_c
 
 pytestmark = pytest.mark.django_db
 
@@ -480,17 +482,16 @@ def test_recover_redrives_every_lapsed_lease(clock, sinks, lease):
         assert [a.outcome for a in attempts_of(wake)] == [Outcome.ABANDONED, Outcome.FIRED]
 
 
-class ProcessDied(BaseException):
-    """Stands for a sink that kills its process: nothing in the engine catches it."""
-
-
 def test_a_wake_whose_sink_kills_its_runner_goes_dead_after_its_own_attempts(clock, sinks, lease):
-    """The first death is not charged (unknown whether the sink started); from then on starts are recorded."""
-    calls = sinks(KIND, then=ProcessDied())
+    """The first death is not charged (unknown whether the sink started); from then on starts are recorded.
+
+    The process "dies" mid-sink by a real Ctrl-C: nothing in the engine catches what a signal raised.
+    """
+    calls = sinks(KIND, then=ctrl_c)
     wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="0s", max_attempts=2)
     for runner in ("A", "B", "C"):
         (claim,) = engine.claim_batch(runner_id=runner)
-        with pytest.raises(ProcessDied):
+        with interrupts.noting_signals(), pytest.raises(KeyboardInterrupt):
             engine.run_sink(claim)
         clock.advance(lease)
     assert engine.claim_batch(runner_id="D") == []

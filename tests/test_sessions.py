@@ -10,6 +10,7 @@ import pytest
 import django_wakes
 from django_wakes import BudgetExceeded, Defer, Done, Retry, SessionStopped, Stop, engine
 from django_wakes.models import Outcome, SessionControl, State, Wake, WakeAttempt
+from tests.test_sink_exits import ctrl_c
 
 pytestmark = pytest.mark.django_db
 
@@ -232,10 +233,6 @@ class ContextOverflow(Exception):
     pass
 
 
-class ProcessDied(BaseException):
-    """Stands for a runner killed mid-sink: nothing in the engine catches it."""
-
-
 def test_the_context_overflow_recipe_survives_a_runner_kill(clock, settings):
     """Compact once, one partial delivery, then terminal: the markers live in the wake, not the process."""
     settings.WAKES = {**settings.WAKES, "LEASE": "30s"}
@@ -250,7 +247,7 @@ def test_the_context_overflow_recipe_survives_a_runner_kill(clock, settings):
         if not notes.get("partial_sent"):
             if kill_during_partial.pop("armed", False):
                 log.append("partial -> runner killed")
-                raise ProcessDied
+                ctrl_c()  # a real Ctrl-C stops the pass mid-sink (a sink's own raise would be its failed attempt)
             log.append("partial delivered")
             return Done(scratch={**notes, "partial_sent": True})
         raise AssertionError("a third delivery must never happen")
@@ -258,7 +255,7 @@ def test_the_context_overflow_recipe_survives_a_runner_kill(clock, settings):
     django_wakes.registry.register("t.overflow", deliver, replace=True)
     wake = django_wakes.schedule(workspace_id=WS, kind="t.overflow", delay="0s")
     django_wakes.run_due()  # attempt 1: overflow, compact, marker written with the retry
-    with pytest.raises(ProcessDied):
+    with pytest.raises(KeyboardInterrupt):
         django_wakes.run_due()  # attempt 2: the runner dies mid-partial
     clock.advance("31s")
     django_wakes.run_due()  # the lease lapsed: re-driven, and the marker is still there

@@ -24,7 +24,7 @@ from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
-from . import retention
+from . import interrupts, retention
 from .claim import Claim, claim_batch, take_over_lapsed
 from .retention import forget_deliveries
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
@@ -127,23 +127,25 @@ def fire_claims(
             settled(done.claim, outcome)
         unsettled.clear()
 
-    try:
-        for claim in claims:
-            if may_start is not None and not may_start(claim):
-                hand_back(claim)
-                settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
-                continue
-            ran = run_sink(claim, tries=tries)
-            if isinstance(ran, Succeeded):
-                if not unsettled:
-                    window_ends = time.monotonic() + settle_window
-                unsettled.append(ran)
-            else:
-                settled(claim, ran)
-            if unsettled and time.monotonic() >= window_ends:
-                flush()
-    finally:
-        flush()  # a later claim's error must not drop the outcomes of sinks that already ran
+    # A sink's own sys.exit() is its failed attempt; a real Ctrl-C during the pass stops the pass.
+    with interrupts.noting_signals():
+        try:
+            for claim in claims:
+                if may_start is not None and not may_start(claim):
+                    hand_back(claim)
+                    settled(claim, FireOutcome(Disposition.RELEASED, settled=True))
+                    continue
+                ran = run_sink(claim, tries=tries)
+                if isinstance(ran, Succeeded):
+                    if not unsettled:
+                        window_ends = time.monotonic() + settle_window
+                    unsettled.append(ran)
+                else:
+                    settled(claim, ran)
+                if unsettled and time.monotonic() >= window_ends:
+                    flush()
+        finally:
+            flush()  # a later claim's error must not drop the outcomes of sinks that already ran
     return report
 
 

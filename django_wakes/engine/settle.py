@@ -28,7 +28,7 @@ from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Sink, Stop, call_sin
 from ..states import Disposition
 from ..timeutil import to_datetime
 from ..validation import json_value
-from . import create, sessions
+from . import create, interrupts, sessions
 from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
@@ -76,8 +76,11 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
 
     Splitting the two lets a runner settle a batch of successes in one transaction (one commit
     instead of one per wake) while failures, retries and defers are written down immediately.
-    ``tries`` bounds how often a settle the database aborted is tried again (``None``: until it
-    succeeds, which a runner uses: the sink has run, so its outcome must not be dropped). A guarded
+    Anything the sink raises is a failed attempt, ``SystemExit`` and ``KeyboardInterrupt`` included
+    (code lifted from a script calls ``sys.exit()``), unless a signal handler raised it
+    (:mod:`.interrupts`: the process is being stopped). ``tries`` bounds how often a settle the
+    database aborted is tried again (``None``: until it succeeds, which a runner uses: the sink has
+    run, so its outcome must not be dropped). A guarded
     wake (a dead runner once held it) first records that its sink is starting, so a runner dying
     now is charged for this attempt and a runner dying before now is not.
     """
@@ -88,7 +91,9 @@ def run_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOutcome
     try:
         with tracing.sink(claim):
             returned = call_sink(ready, claim.wake, dict(claim.result))
-    except Exception as exc:  # noqa: BLE001 - a sink may fail in any way; we record and retry
+    except BaseException as exc:  # noqa: BLE001 - sys.exit() in a sink fails its attempt, not the pass
+        if interrupts.by_signal(exc):
+            raise  # the process is being stopped (a real Ctrl-C): the lease decides what happens to the wake
         return sink_raised(claim, exc, tries=tries)
     finally:
         firing_wake.reset(running)
@@ -116,7 +121,9 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
     if busy is not None:
         try:
             is_busy = busy(wake.session_id)
-        except Exception as exc:  # noqa: BLE001 - the host's hook failed: a failed attempt, like a sink's
+        except BaseException as exc:  # noqa: BLE001 - the host's hook failed: a failed attempt, like a sink's
+            if interrupts.by_signal(exc):
+                raise
             return sink_raised(claim, exc, tries=tries)
         if is_busy:
             later = Defer(until=wakes_settings.busy_retry)

@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from .async_firer import AsyncFirer
 from .connections import apply_client_timeouts
-from .sweeper import SAFE_LEASE_FRACTION, Sweeper
+from .sweeper import SAFE_LEASE_FRACTION, RunnerBroken, Sweeper
 
-__all__ = ["SAFE_LEASE_FRACTION", "AsyncFirer", "Sweeper", "apply_client_timeouts"]
+__all__ = ["SAFE_LEASE_FRACTION", "AsyncFirer", "RunnerBroken", "Sweeper", "apply_client_timeouts"]

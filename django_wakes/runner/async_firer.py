@@ -53,6 +53,11 @@ class AsyncFirer:
         with self._lock:
             return self._running
 
+    @property
+    def threads(self) -> tuple[threading.Thread, threading.Thread]:
+        """The event loop's thread and the settler's: the runner exits if either ends while it runs."""
+        return self._loop_thread, self._settler
+
     def start(self) -> None:
         self._loop_thread.start()
         self._settler.start()
@@ -126,7 +131,7 @@ class AsyncFirer:
                 finished: set[int] = set()
                 try:
                     self._settle(batch, finished)
-                except Exception:  # the leases lapse and another pass re-drives them
+                except BaseException:  # noqa: BLE001 - a bug or a host's hook: the leases lapse, another pass re-drives them
                     logger.exception("settling %d async sink outcome(s) failed", len(batch))
                     drop_broken_connections()
                     for item in batch:

@@ -55,6 +55,10 @@ DURATION_SMOOTHING = 0.2
 CLAIM_AHEAD_SECONDS = 0.1
 
 
+class RunnerBroken(RuntimeError):
+    """A thread the runner cannot do without ended: ``runwakes`` exits non-zero for its supervisor to restart it."""
+
+
 class Sweeper:
     """Claim and fire due wakes until :meth:`stop`; the ``runwakes`` command builds and runs one.
 
@@ -112,6 +116,9 @@ class Sweeper:
         # database connection for its whole life). unfinished_tasks counts queued + firing wakes.
         self._queue: queue.Queue[Claim | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
+        # The claim each fire thread is working on, so a thread that dies is not left holding it.
+        self._holding: dict[threading.Thread, Claim] = {}
+        self._heartbeat: threading.Thread | None = None
         # --concurrency > 1: async def sinks are awaited together on one event loop instead; claims
         # for them wait here (claimed ahead, in hand) until a slot of the loop is free.
         self._async: AsyncFirer | None = None
@@ -229,6 +236,31 @@ class Sweeper:
                 took = time.monotonic() - started
                 self._sink_seconds += DURATION_SMOOTHING * (took - self._sink_seconds)
 
+    def give_back(self, claim: Claim, exc: BaseException) -> None:
+        """Hand back at once a claim whose thread broke outside its sink (``exc``); stop renewing its lease.
+
+        Unstarted, it is released (pending again, uncharged). Started, it is settled as a failed attempt
+        with ``exc`` recorded (charged, retried with backoff: a wake that breaks its thread every time
+        ends in the dead letter, not in a loop). If even that fails, its lease is left to lapse. No-op
+        for a claim no longer in hand (already settled or given back).
+        """
+        wake_id = claim.wake.pk
+        with self._in_hand_lock:
+            if self._in_hand.get(wake_id) is not claim:
+                return
+            started = wake_id in self._started
+        outcome = engine.FireOutcome(Disposition.RELEASED, settled=False)
+        try:
+            if started:
+                outcome = engine.sink_raised(claim, exc)
+            elif engine.release(claim):
+                outcome = engine.FireOutcome(Disposition.RELEASED, settled=True)
+        except BaseException:  # noqa: BLE001 - the database or a hook again: the lease lapses, the start guard decides
+            logger.exception("could not give wake %s back; its lease will lapse", wake_id)
+            drop_broken_connections()
+        finally:
+            self._settled(claim, outcome)
+
     def _forget(self, claims: list[Claim]) -> None:
         """Stop renewing ``claims`` (a pass broke off): unstarted ones are handed back, or lapse uncharged."""
         for claim in claims:
@@ -335,11 +367,7 @@ class Sweeper:
         if not self.may_start(claim):
             self._hand_back(claim)
             return
-        try:
-            ran = engine.run_sink(claim, tries=None)
-        except BaseException:
-            self._forget([claim])
-            raise
+        ran = engine.run_sink(claim, tries=None)
         self.sink_finished(claim)
         if isinstance(ran, engine.Succeeded) and self._async is not None:
             self._async.settle_later(ran)
@@ -378,21 +406,18 @@ class Sweeper:
             listener = Listener(alias, self.nudge, runner_id=self.runner_id)
             listener.start()
         logger.info("%s", self.describe(push_alias=alias if listener is not None else None))
+        self._heartbeat = heartbeat
         if self.concurrency > 1:
             self._async = AsyncFirer(self)
             self._async.start()
-            self._workers = [
-                threading.Thread(target=self._in_runner(self._fire_worker), name=f"django-wakes-fire-{n}", daemon=True)
-                for n in range(self.concurrency)
-            ]
-            for worker in self._workers:
-                worker.start()
+            self._workers = [self._start_worker(n) for n in range(self.concurrency)]
         try:
             self._register()
             heartbeat.start()
             # Boot recovery is the first pass: claim_batch takes over lapsed leases before anything
             # else, and through _claim they are in hand, with this runner's lease and heartbeat.
             while not self.stopping.is_set():
+                self._check_threads()
                 try:
                     self._maybe_gc()
                     next_at, busy = self._pass()
@@ -416,6 +441,11 @@ class Sweeper:
                     continue
                 self._sleep_until(next_at)
             self._drain()
+        except RunnerBroken:
+            self.stop()  # finish what is in hand, give back the rest, then exit non-zero
+            self.hand_back_unstarted()
+            self._drain()
+            raise
         finally:
             notify.unregister_local(self)
             if listener is not None:
@@ -520,27 +550,69 @@ class Sweeper:
         assert self._async is not None
         self._async.submit(claim, ready)
 
+    def _start_worker(self, n: int) -> threading.Thread:
+        worker = threading.Thread(target=self._in_runner(self._fire_worker), name=f"django-wakes-fire-{n}", daemon=True)
+        worker.start()
+        return worker
+
     def _fire_worker(self) -> None:
-        """Fire claims from the queue until told to stop; unstarted claims are handed back on shutdown."""
+        """Fire claims from the queue until told to stop; unstarted claims are handed back on shutdown.
+
+        Whatever a sink raises is settled by the engine as its failed attempt. Anything else that
+        breaks a step (a bug, a host's hook or log handler) gives the claim back at once
+        (:meth:`give_back`); a thread that dies all the same is replaced by :meth:`_check_threads`.
+        """
+        me = threading.current_thread()
         try:
             while True:
                 claim = self._queue.get()
                 try:
                     if claim is None:
                         return
-                    self._fire(claim)
-                except Exception:  # the lease lapses and another pass re-drives it
-                    logger.exception(
-                        "firing wake %s crashed its fire thread's step",
-                        claim.wake.pk if claim else "?",
-                        extra=about(claim.wake, self.runner_id) if claim else None,
-                    )
-                    drop_broken_connections()
+                    self._holding[me] = claim
+                    try:
+                        self._fire(claim)
+                    except BaseException as exc:  # noqa: BLE001 - not the sink's: keep the thread, give the claim back
+                        logger.exception(
+                            "firing wake %s broke outside its sink; giving the claim back",
+                            claim.wake.pk,
+                            extra=about(claim.wake, self.runner_id),
+                        )
+                        drop_broken_connections()
+                        self.give_back(claim, exc)
+                    self._holding.pop(me, None)
                 finally:
                     self._queue.task_done()
                     self._wakeup.set()
         finally:
             connections.close_all()
+
+    def _check_threads(self) -> None:
+        """Replace a fire thread that ended while the runner runs, giving back what it held; raise
+        :class:`RunnerBroken` if a thread that cannot be replaced (heartbeat, async loop, settler) ended.
+
+        A runner must never renew a lease for work no thread is doing: a dead fire thread's claim is
+        handed back at once, and without a heartbeat or a settler the runner exits for its supervisor
+        to restart it.
+        """
+        if self.stopping.is_set():
+            return
+        for n, worker in enumerate(self._workers):
+            if worker.is_alive():
+                continue
+            held = self._holding.pop(worker, None)
+            logger.error(
+                "fire thread %s ended unexpectedly%s; starting another",
+                worker.name,
+                f" holding wake {held.wake.pk}" if held is not None else "",
+            )
+            if held is not None:
+                self.give_back(held, RuntimeError(f"the runner's fire thread {worker.name} ended while firing it"))
+            self._workers[n] = self._start_worker(n)
+        vital = [self._heartbeat, *(self._async.threads if self._async is not None else ())]
+        for thread in vital:
+            if thread is not None and thread.ident is not None and not thread.is_alive():
+                raise RunnerBroken(f"runner {self.runner_id}: its {thread.name} thread ended; exiting")
 
     def _sleep_until(self, next_at: datetime | None) -> None:
         seconds = self.interval

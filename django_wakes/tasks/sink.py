@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from .. import clock
+from ..engine.interrupts import by_signal
 from ..exceptions import InvalidWake
 from ..models import Wake
 from ..sinks import Done, Retry, registry
@@ -35,7 +36,9 @@ def run_task(wake: Wake, result: dict[str, Any]) -> Done | Retry | None:
         else:
             returned = task.call(*task_result.args, **task_result.kwargs)
         value = _storable(normalize_json(returned))
-    except Exception as exc:
+    except BaseException as exc:  # sys.exit() in a task is its failure, like any exception (engine/interrupts.py)
+        if by_signal(exc):
+            raise
         if wake.attempts >= wake.max_attempts:
             results.set_status(task_result, TaskResultStatus.FAILED, finished_at=clock.now())
             task_result.errors.append(

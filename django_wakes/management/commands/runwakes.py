@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_wakes.durations import parse_duration
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.runner import Sweeper, apply_client_timeouts
+from django_wakes.runner import RunnerBroken, Sweeper, apply_client_timeouts
 from django_wakes.tasks import sync_periodic_on_boot
 
 
@@ -143,4 +143,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{runner.failed} wake(s) failed in this pass", returncode=1)
             return
         runner.install_signal_handlers()
-        runner.run()
+        try:
+            runner.run()
+        except RunnerBroken as exc:  # a thread it cannot do without ended: exit for the supervisor to restart it
+            raise CommandError(str(exc), returncode=1) from exc
