@@ -14,6 +14,9 @@
 |      | WORKSPACE: a workspace id, MAP: importable (required by "github" and "stripe"), MAX_BYTES: positive int} |
 | E010 | METRICS_TOKENS is not a list of strings of at least 32 characters, each without whitespace |
 | E012 | READ_DATABASE names no alias in DATABASES |
+| E013 | WAKES is not a dict |
+| E014 | PERIODIC is not a list of periodic task entries, or names a task that cannot be imported |
+| E015 | checking a setting failed unexpectedly (the message names the setting and the error) |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -26,17 +29,22 @@ Beyond ``WAKES`` (each in a function of its own):
 | W005 | the approval pages are routed but LOGIN_URL leads to no URL pattern: an approver's first click is a 404 |
 | W006 | LOGIN_URL's view renders a template that does not exist (a bare ``LoginView``): a 500 |
 | E011 | TASKS names ``WakesBackend`` but no Tasks framework imports (Django 5.2 without ``[tasks]``) |
+
+A check never raises: whatever a setting holds, the result is messages (``manage.py check`` exits
+non-zero on an error, and ``runwakes`` refuses to start with it), never a traceback. ``AppConfig.ready``
+skips what it cannot load (a ``SINKS`` entry that does not import) and leaves the reporting to these checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.core.exceptions import ImproperlyConfigured
 from django.shortcuts import resolve_url
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
@@ -47,6 +55,7 @@ from django.views.generic.base import TemplateResponseMixin
 from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
 from .exceptions import InvalidDuration, InvalidWake
+from .sinks import SESSION_TURN
 from .validation import key
 
 #: Duration settings and whether zero is allowed (a zero lease would make every claim lapse at once).
@@ -66,26 +75,52 @@ HOOKS = ("SPAWN_TURN", "AUTHORIZE", "SESSION_BUSY", "API_AUTH", "ON_APPROVAL", "
 
 @register(Tags.compatibility)
 def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    return [
-        *_unknown_keys(),
-        *_durations(),
-        *_hooks(),
-        *_counts(),
-        *_backoff(),
-        *_sinks(),
-        *_poll_interval(),
-        *_push_database(),
-        *_read_database(),
-        *_budgets(),
-        *_webhooks(),
-        *_metrics_tokens(),
-        *_missing_hooks(),
-    ]
+    user = getattr(settings, "WAKES", None)
+    if user is not None and not isinstance(user, dict):
+        return [
+            Error(f"WAKES must be a dict of settings, got {type(user).__name__}: {user!r:.100}", id="django_wakes.E013")
+        ]
+    return _reported(
+        [
+            ("WAKES", _unknown_keys),
+            ("WAKES['LEASE'] and the other durations", _durations),
+            ("WAKES['SPAWN_TURN'] and the other hooks", _hooks),
+            ("WAKES['BATCH'] and the other counts", _counts),
+            ("WAKES['BACKOFF']", _backoff),
+            ("WAKES['SINKS']", _sinks),
+            ("WAKES['POLL_INTERVAL']", _poll_interval),
+            ("WAKES['PUSH_DATABASE']", _push_database),
+            ("WAKES['READ_DATABASE']", _read_database),
+            ("WAKES['BUDGETS']", _budgets),
+            ("WAKES['WEBHOOKS']", _webhooks),
+            ("WAKES['METRICS_TOKENS']", _metrics_tokens),
+            ("WAKES['PERIODIC']", _periodic),
+            ("WAKES['AUTHORIZE'] and WAKES['SPAWN_TURN']", _missing_hooks),
+        ]
+    )
+
+
+def _reported(sections: list[tuple[str, Callable[[], Iterator[CheckMessage]]]]) -> list[CheckMessage]:
+    """Run each section's checks; one that raises becomes an E015 naming what it checked, never a traceback."""
+    messages: list[CheckMessage] = []
+    for names, section in sections:
+        try:
+            messages.extend(section())
+        except Exception as exc:  # noqa: BLE001 - a check reports, it never raises
+            messages.append(
+                Error(f"checking {names} failed: {type(exc).__name__}: {exc!s:.200}", id="django_wakes.E015")
+            )
+    return messages
+
+
+def setting_errors() -> list[CheckMessage]:
+    """The error-level messages of :func:`check_wakes_settings`: what ``runwakes`` refuses to start with."""
+    return [message for message in check_wakes_settings() if message.is_serious()]
 
 
 def _unknown_keys() -> Iterator[CheckMessage]:
     user = set(getattr(settings, "WAKES", None) or {})
-    for name in sorted(user - set(DEFAULTS)):
+    for name in sorted(user - set(DEFAULTS), key=repr):
         yield Warning(f"WAKES[{name!r}] is not a django-wakes setting", id="django_wakes.W003")
 
 
@@ -107,23 +142,30 @@ def _durations() -> Iterator[CheckMessage]:
             yield error
 
 
-def _importable(value: Any) -> bool:
+def _import_problem(value: Any) -> str | None:
+    """Why ``value`` is not a callable or the dotted path of one (``None``: it is)."""
     if callable(value):
-        return True
+        return None
     if not isinstance(value, str):
-        return False
+        return f"a {type(value).__name__} is neither a callable nor a dotted path"
     try:
-        return callable(import_string(value))
-    except ImportError:
-        return False
+        found = import_string(value)
+    except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module raised as it was imported
+        return f"{type(exc).__name__}: {exc!s:.200}"
+    return None if callable(found) else f"it is a {type(found).__name__}, not a callable"
+
+
+def _importable(value: Any) -> bool:
+    return _import_problem(value) is None
 
 
 def _hooks() -> Iterator[CheckMessage]:
     for name in HOOKS:
         value = wakes_settings.get(name)
-        if value is not None and not _importable(value):
+        problem = None if value is None else _import_problem(value)
+        if problem is not None:
             yield Error(
-                f"WAKES[{name!r}] cannot be imported as a callable: {value!r}",
+                f"WAKES[{name!r}] cannot be imported as a callable: {value!r:.200} ({problem})",
                 hint="Give a dotted path to a function, or the function itself.",
                 id="django_wakes.E002",
             )
@@ -143,7 +185,7 @@ def _backoff() -> Iterator[CheckMessage]:
         return
     merged = {**DEFAULTS["BACKOFF"], **value}
     factor = merged["FACTOR"]
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor < math.inf:
         yield Error(f"WAKES['BACKOFF']['FACTOR'] must be a number >= 1, got {factor!r}", id="django_wakes.E004")
     for part in ("BASE", "MAX"):
         error = _duration_error(merged[part], f"WAKES['BACKOFF'][{part!r}]", allow_zero=True)
@@ -155,20 +197,28 @@ def _sinks() -> Iterator[CheckMessage]:
     value = wakes_settings.get("SINKS")
     if not isinstance(value, dict):
         yield Error(
-            f"WAKES['SINKS'] must be a dict of kind -> sink, got {type(value).__name__}", id="django_wakes.E005"
+            f"WAKES['SINKS'] must be a dict of kind -> sink, got {type(value).__name__}: {value!r:.100}",
+            id="django_wakes.E005",
         )
         return
     for kind, target in value.items():
-        if not isinstance(kind, str) or not kind or not _importable(target):
+        if not isinstance(kind, str) or not kind:
+            problem: str | None = "a kind must be a non-empty string"
+        elif kind == SESSION_TURN:
+            problem = "'session_turn' is built in: configure WAKES['SPAWN_TURN'] instead"
+        else:
+            problem = _import_problem(target)
+        if problem is not None:
             yield Error(
-                f"WAKES['SINKS'][{kind!r}] is not a callable or an importable dotted path: {target!r}",
+                f"WAKES['SINKS'][{kind!r:.100}] is not a callable or an importable dotted path: {target!r:.200} "
+                f"({problem})",
                 id="django_wakes.E005",
             )
 
 
 def _poll_interval() -> Iterator[CheckMessage]:
     value = wakes_settings.get("POLL_INTERVAL")
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= threading.TIMEOUT_MAX:
         yield Error(
             f"WAKES['POLL_INTERVAL'] must be a positive number of seconds, got {value!r}", id="django_wakes.E006"
         )
@@ -190,12 +240,15 @@ def _budgets() -> Iterator[CheckMessage]:
             if error is not None:
                 yield Error(error.msg, id="django_wakes.E009")
         elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            yield Error(f"WAKES['BUDGETS'][{name!r}] must be a whole number >= 0 or None", id="django_wakes.E009")
+            yield Error(
+                f"WAKES['BUDGETS'][{name!r}] must be a whole number >= 0 or None, got {limit!r:.60}",
+                id="django_wakes.E009",
+            )
 
 
 def _push_database() -> Iterator[CheckMessage]:
     value = wakes_settings.get("PUSH_DATABASE")
-    if value is not None and value not in settings.DATABASES:
+    if value is not None and (not isinstance(value, str) or value not in settings.DATABASES):
         yield Error(
             f"WAKES['PUSH_DATABASE'] is {value!r}, which is not an alias in DATABASES",
             hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
@@ -205,7 +258,7 @@ def _push_database() -> Iterator[CheckMessage]:
 
 def _read_database() -> Iterator[CheckMessage]:
     value = wakes_settings.get("READ_DATABASE")
-    if value is not None and value not in settings.DATABASES:
+    if value is not None and (not isinstance(value, str) or value not in settings.DATABASES):
         yield Error(
             f"WAKES['READ_DATABASE'] is {value!r}, which is not an alias in DATABASES",
             hint="Name the DATABASES entry of a streaming replica of the database wakes are written to.",
@@ -311,12 +364,43 @@ def _metrics_tokens() -> Iterator[CheckMessage]:
 
 
 def _approval_pages_routed() -> bool:
-    """Whether the project's URLconf includes the approval pages (``django_wakes.urls``)."""
+    """Whether the project's URLconf includes the approval pages (``django_wakes.urls``).
+
+    ``False`` without a ``ROOT_URLCONF`` (a worker-only settings module, which Django allows) and for
+    a URLconf that does not load (Django's own URL checks report that one).
+    """
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return False
     try:
         reverse("django_wakes:approve", args=["probe"])
-    except (NoReverseMatch, ImproperlyConfigured, ImportError):
+    except Exception:  # noqa: BLE001 - NoReverseMatch, or a URLconf that fails to import
         return False
     return True
+
+
+def _periodic() -> Iterator[CheckMessage]:
+    """Validate WAKES['PERIODIC'] (periodic tasks, django_wakes.tasks): its entries and their tasks."""
+    value = wakes_settings.get("PERIODIC")
+    if not value:
+        return
+    from .tasks import framework_available
+
+    if not framework_available():
+        yield Error(
+            f"WAKES['PERIODIC'] declares periodic tasks, but no Tasks framework can be imported: {value!r:.100}",
+            hint="Django 6 ships django.tasks; on Django 5.2: pip install 'django-wakes[tasks]'.",
+            id="django_wakes.E014",
+        )
+        return
+    from .tasks.periodic_tasks import from_settings
+
+    try:
+        from_settings()
+    except Exception as exc:  # noqa: BLE001 - PeriodicTaskError, or whatever a task's module raised on import
+        message = str(exc)
+        if "WAKES['PERIODIC']" not in message:
+            message = f"WAKES['PERIODIC'] {value!r:.100}: {type(exc).__name__}: {message}"
+        yield Error(message[:400], hint="See docs/tasks.md, periodic tasks.", id="django_wakes.E014")
 
 
 def _missing_hooks() -> Iterator[CheckMessage]:
@@ -343,9 +427,9 @@ LOGIN_HINT = (
 @register(Tags.urls)
 def check_login_page(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W005/W006: where a logged-out approver is sent must be a page that renders (only if approvals are routed)."""
-    if not getattr(settings, "ROOT_URLCONF", None) or not _approval_pages_routed():
+    if not _approval_pages_routed():
         return []
-    return list(_login_page())
+    return _reported([("LOGIN_URL", _login_page)])
 
 
 def _login_page() -> Iterator[CheckMessage]:

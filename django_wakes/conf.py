@@ -102,8 +102,9 @@ class WakesSettings:
     """Typed, lazy view of ``settings.WAKES``."""
 
     def get(self, key: str) -> Any:
-        user = getattr(settings, "WAKES", None) or {}
-        if key in user:
+        """The value of ``WAKES[key]``, or its default (also when ``WAKES`` is not a dict: check E013 says so)."""
+        user = getattr(settings, "WAKES", None)
+        if isinstance(user, dict) and key in user:
             return user[key]
         return DEFAULTS[key]
 

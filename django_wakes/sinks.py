@@ -8,6 +8,7 @@ fired; raising is a failed attempt, retried with backoff.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 Sink = Callable[["Wake", dict[str, Any]], Any]
 
 SESSION_TURN = "session_turn"
+
+logger = logging.getLogger("django_wakes")
 
 
 class _Keep:
@@ -143,10 +146,23 @@ class SinkRegistry:
         return sorted(kinds)
 
     def load_settings(self) -> None:
-        """Register the sinks named in ``WAKES["SINKS"]`` (kind -> dotted path)."""
-        for kind, path in wakes_settings.sinks.items():
-            fn = import_string(path) if isinstance(path, str) else path
-            self.register(kind, fn, replace=True)
+        """Register the sinks named in ``WAKES["SINKS"]`` (kind -> dotted path).
+
+        ``AppConfig.ready`` calls this, so it never raises: an entry that cannot be loaded (a path
+        that does not import, not a callable, a built-in kind) is skipped, and the system check
+        ``django_wakes.E005`` reports it, naming the setting and the value (``runwakes`` refuses to
+        start with it); a wake of that kind waits, unwakeable, as for any kind without a sink.
+        """
+        table = wakes_settings.get("SINKS")
+        if not isinstance(table, dict):
+            return
+        for kind, path in table.items():
+            try:
+                fn = import_string(path) if isinstance(path, str) else path
+                if callable(fn):
+                    self.register(kind, fn, replace=True)
+            except Exception:  # noqa: BLE001 - reported by the system check, not as a traceback from ready()
+                logger.debug("WAKES['SINKS'][%r] = %r not loaded", kind, path, exc_info=True)
 
 
 def _session_turn(wake: Wake, result: dict[str, Any]) -> Any:

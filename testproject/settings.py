@@ -82,7 +82,8 @@ def database_from_url(url: str) -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": name or str(BASE_DIR / "testproject.sqlite3"),
-            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+            # ?timeout=S: how long a writer waits for SQLite's lock (tests/test_commands.py shortens it)
+            "OPTIONS": {"timeout": float(options.get("timeout", 30)), "transaction_mode": "IMMEDIATE"},
             "TEST": {"NAME": options.get("test_name") or str(BASE_DIR / ".test.sqlite3")},
         }
     engine = {
@@ -138,6 +139,9 @@ if find_spec("django.tasks") is None and find_spec("django_tasks") is not None:
     INSTALLED_APPS.append("django_tasks")
 if os.environ.get("WAKES_TEST_PERIODIC"):
     WAKES["PERIODIC"] = json.loads(os.environ["WAKES_TEST_PERIODIC"])
+# WAKES_TEST_SINKS (JSON): WAKES["SINKS"] for the processes of tests/test_checks.py (a path that does not import).
+if os.environ.get("WAKES_TEST_SINKS"):
+    WAKES["SINKS"] = json.loads(os.environ["WAKES_TEST_SINKS"])
 
 # WAKES_PUSH_DATABASE_URL: "default" goes through a transaction pooler (PgBouncer), which LISTEN cannot
 # use, so the runner LISTENs on this direct connection instead; Django needs server-side cursors off

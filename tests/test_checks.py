@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,9 @@ from django.core import checks
 from django.core.management import call_command
 
 from django_wakes.checks import check_login_page, check_tasks_backend, check_wakes_settings
+from django_wakes.conf import DEFAULTS, wakes_settings
+from django_wakes.sinks import registry
+from tests.processes import Procs
 
 
 def ids(messages):
@@ -261,3 +266,115 @@ def test_a_read_database_that_is_no_alias_is_an_error(settings):
     assert ids(messages) == ["django_wakes.E012"] and "replica-typo" in messages[0].msg
     settings.WAKES = {**settings.WAKES, "READ_DATABASE": "default"}
     assert ids(check_wakes_settings()) == []
+
+
+# -- checks never raise; ready() never raises; runwakes refuses what the checks report -------------
+
+ODD_VALUES = [
+    None,
+    True,
+    0,
+    -1,
+    2.5,
+    float("nan"),
+    float("inf"),
+    "",
+    "x",
+    "nowhere.at.all",
+    "testproject.broken_module.thing",
+    b"bytes",
+    [],
+    ["a"],
+    ("t",),
+    {},
+    {"x": 1},
+    {1: 2},
+    {"a": [object()]},
+    object(),
+]
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+@pytest.mark.parametrize("value", ODD_VALUES, ids=[repr(v)[:30] for v in ODD_VALUES])
+def test_no_setting_value_makes_a_check_or_ready_raise(settings, name, value):
+    """Whatever a setting holds: messages naming it, never a traceback (and ready() loads what it can)."""
+    settings.WAKES = {**settings.WAKES, name: value}
+    messages = check_wakes_settings()
+    for message in messages:
+        if message.is_serious():
+            assert f"WAKES[{name!r}]" in message.msg, message
+            assert message.id != "django_wakes.E015", message  # every setting has a check of its own
+    registry.load_settings()  # what AppConfig.ready runs
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300])
+def test_a_poll_interval_or_backoff_factor_that_is_not_finite_is_an_error(settings, value):
+    settings.WAKES = {**settings.WAKES, "POLL_INTERVAL": value}
+    assert ids(check_wakes_settings()) == ["django_wakes.E006"]
+    settings.WAKES = {**settings.WAKES, "POLL_INTERVAL": 1.0, "BACKOFF": {"FACTOR": value}}
+    assert ids(check_wakes_settings()) == (["django_wakes.E004"] if value != 1e300 else [])
+
+
+@pytest.mark.parametrize("value", [5, "LEASE=5m", ["LEASE"], object()])
+def test_wakes_that_is_not_a_dict_is_one_error(settings, value):
+    settings.WAKES = value
+    (error,) = check_wakes_settings()
+    assert error.id == "django_wakes.E013" and "WAKES must be a dict" in error.msg
+    assert wakes_settings.lease == timedelta(seconds=15)  # the defaults, meanwhile
+    registry.load_settings()
+
+
+def test_a_sink_path_that_does_not_import_is_a_check_message_and_not_loaded(settings):
+    settings.WAKES = {
+        **settings.WAKES,
+        "SINKS": {
+            "t.missing": "testproject.nowhere.sink",
+            "t.broken": "testproject.broken_module.sink",
+            "t.fine": "testproject.wakes.print_intent",
+            "session_turn": "testproject.wakes.print_intent",
+        },
+    }
+    messages = check_wakes_settings()
+    assert ids(messages) == ["django_wakes.E005"] * 3
+    text = "\n".join(m.msg for m in messages)
+    missing = "WAKES['SINKS']['t.missing'] is not a callable or an importable dotted path: 'testproject.nowhere.sink'"
+    assert missing in text
+    assert "ModuleNotFoundError" in text
+    assert "WAKES['SINKS']['t.broken']" in text and "RuntimeError: testproject.broken_module refuses to load" in text
+    assert "WAKES['SINKS']['session_turn']" in text and "built in" in text
+    registry.load_settings()
+    assert registry.get("t.fine") is not None
+    assert registry.get("t.missing") is None and registry.get("t.broken") is None
+
+
+def test_a_periodic_setting_that_cannot_be_booked_is_one_error(settings):
+    settings.WAKES = {**settings.WAKES, "PERIODIC": [{"task": "testproject.nowhere.task", "cron": "* * * * *"}]}
+    messages = [m for m in checks.run_checks() if m.id and m.id.startswith("django_wakes")]
+    assert ids(messages) == ["django_wakes.E014"]
+    assert "WAKES['PERIODIC'][0]" in messages[0].msg and "testproject.nowhere.task" in messages[0].msg
+
+
+# -- as a host runs them: manage.py processes -----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("command", [["check"], ["migrate"], ["runwakes", "--once"]])
+def test_a_worker_settings_module_without_root_urlconf_runs_every_command(procs: Procs, command: list[str]):
+    """Django allows settings without ROOT_URLCONF (a worker that serves no URLs); so must django-wakes."""
+    done = procs.manage(*command, DJANGO_SETTINGS_MODULE="testproject.settings_worker")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "command", [["check"], ["migrate"], ["runwakes", "--once"], ["runwakes", "--once", "--skip-checks"]]
+)
+def test_a_bad_sink_path_is_one_message_naming_the_setting_and_the_value(procs: Procs, command: list[str]):
+    done = procs.manage(*command, WAKES_TEST_SINKS=json.dumps({"t.report": "myapp.sinks.send_report"}))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "django_wakes.E005" in done.stderr
+    assert "WAKES['SINKS']['t.report'] is not a callable or an importable dotted path: 'myapp.sinks.send_report'" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr

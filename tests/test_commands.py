@@ -11,6 +11,9 @@ import argparse
 import json
 import logging
 import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -145,6 +148,50 @@ def test_runwakes_start_up_line_says_push_where_it_listens(procs: Procs):
     (line,) = [line for line in procs.log(runner).splitlines() if "starting:" in line]
     push = "push=LISTEN(default)" if connection.vendor == "postgresql" else "push=off"
     assert f"queues=all lanes=all {push} poll=2s lease=" in line, line
+
+
+needs_sqlite_file = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="SQLite's one write lock for the whole database file"
+)
+
+
+@contextmanager
+def sqlite_write_lock() -> Iterator[None]:
+    """Hold SQLite's write lock from another connection, as a busy runner beside this one does."""
+    blocker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+@needs_sqlite_file
+def test_once_retries_a_claim_the_locked_database_rolled_back(procs: Procs):
+    """Beside other runners on SQLite a claim can meet "database is locked"; --once has no next pass,
+    so it tries again within its run instead of exiting 0 having fired nothing."""
+    wake = schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={})
+    with sqlite_write_lock():
+        once = procs.start(["manage.py", "runwakes", "--once"], name="once", DATABASE_URL=f"{procs.db_url}?timeout=1")
+        wait_for(
+            lambda: "claim pass failed" in procs.log(once) or once.poll() is not None,
+            timeout=60,
+            what="the --once claim to meet the lock",
+        )
+    assert once.wait(timeout=60) == 0, procs.log(once)
+    assert "database is locked" in procs.log(once)
+    assert Wake.objects.get(pk=wake.pk).state == State.FIRED
+
+
+@needs_sqlite_file
+def test_once_that_cannot_claim_exits_non_zero(procs: Procs):
+    wake = schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={})
+    with sqlite_write_lock():
+        done = procs.manage("runwakes", "--once", DATABASE_URL=f"{procs.db_url}?timeout=0.2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the pass did not complete: the database refused it (OperationalError: database is locked)" in done.stderr
+    assert Wake.objects.get(pk=wake.pk).state == State.PENDING
 
 
 BAD_ARGUMENTS = [

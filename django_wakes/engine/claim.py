@@ -60,6 +60,7 @@ def claim_batch(
     lanes: list[str] | None = None,
     lease: timedelta | None = None,
     queues: list[str] | None = None,
+    raise_rolled_back: bool = False,
 ) -> list[Claim]:
     """Claim up to ``limit`` wakes for ``runner_id``: lapsed leases first, then due pending wakes.
 
@@ -68,14 +69,24 @@ def claim_batch(
     On PostgreSQL the common pass is one statement (:func:`_claim_in_one_statement`); elsewhere, and
     whenever that statement leaves work for Python, it is :func:`_claim_in_steps`. A deadlock or lock
     timeout between racing runners rolls the pass back: nothing is claimed and the caller simply runs
-    its next pass.
+    its next pass; with ``raise_rolled_back`` the error is raised instead, for a caller that has no
+    next pass (``runwakes --once``) to try again or to fail.
 
     While tracing (:mod:`django_wakes.tracing`) each claim starts its ``wakes.fire`` span here.
     """
+    claim = partial(
+        _claim_batch,
+        runner_id=runner_id,
+        limit=limit,
+        lanes=lanes,
+        lease=lease,
+        queues=queues,
+        raise_rolled_back=raise_rolled_back,
+    )
     if not tracing.enabled():
-        return _claim_batch(runner_id=runner_id, limit=limit, lanes=lanes, lease=lease, queues=queues)
+        return claim()
     started = tracing.now_ns()
-    claims = _claim_batch(runner_id=runner_id, limit=limit, lanes=lanes, lease=lease, queues=queues)
+    claims = claim()
     tracing.claimed(claims, started, tracing.now_ns())
     return claims
 
@@ -87,6 +98,7 @@ def _claim_batch(
     lanes: list[str] | None,
     lease: timedelta | None,
     queues: list[str] | None,
+    raise_rolled_back: bool = False,
 ) -> list[Claim]:
     limit = limit or wakes_settings.batch
     now = clock.now()
@@ -107,6 +119,8 @@ def _claim_batch(
                 return one
         return _claim_in_steps(using, now, kinds, limit, runner_id, lanes, lease, queues)
     except OperationalError as exc:
+        if raise_rolled_back:
+            raise
         logger.info("claim pass rolled back, will retry: %s", exc)
         return []
 

@@ -34,7 +34,7 @@ from django.db import connections
 from .. import clock, engine, tracing
 from ..conf import wakes_settings
 from ..engine import TRANSIENT_ERRORS, Claim, RunReport, notify, runners
-from ..engine.shared import drop_broken_connections
+from ..engine.shared import drop_broken_connections, retry_rolled_back
 from ..logs import about, running_as
 from ..sinks import registry
 from ..states import Disposition
@@ -309,19 +309,20 @@ class Sweeper:
 
     # -- one pass --------------------------------------------------------------------------------
 
-    def run_once(self) -> RunReport:
+    def run_once(self, *, claim_tries: int | None = None) -> RunReport:
         """Claim one batch and fire it here with the engine's pass loop; used by ``--once`` and the demo.
 
         Claims not started when a stop is requested (or whose lease is no longer known to be good)
         are handed back, uncharged. A settle the database refuses is tried until it succeeds.
+        ``claim_tries``: see :meth:`_claim` (``--once`` has no next pass to claim in).
         """
         with running_as(self.runner_id):
-            return self._run_once()
+            return self._run_once(claim_tries)
 
-    def _run_once(self) -> RunReport:
+    def _run_once(self, claim_tries: int | None) -> RunReport:
         drop_broken_connections()
         limit = self.planned_batch()
-        claims = self._claim(limit)
+        claims = self._claim(limit, tries=claim_tries)
         try:
             report = engine.fire_claims(
                 claims,
@@ -338,12 +339,28 @@ class Sweeper:
         report.next_at = engine.next_due_at()
         return report
 
-    def _claim(self, limit: int) -> list[Claim]:
-        """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them."""
+    def _claim(self, limit: int, *, tries: int | None = None) -> list[Claim]:
+        """Claim up to ``limit`` wakes (lapsed leases first); they are in hand, so the heartbeat renews them.
+
+        A claim pass the database rolls back (a deadlock, SQLite's "database is locked") claims
+        nothing, and the next pass tries again; with ``tries`` it is tried again here, up to that
+        many times, and then its error is raised.
+        """
         asked = time.monotonic()  # the lease runs from no earlier than this
-        claims = engine.claim_batch(
-            runner_id=self.runner_id, limit=limit, lanes=self.lanes, lease=self.lease, queues=self.queues
-        )
+
+        def take() -> list[Claim]:
+            nonlocal asked
+            asked = time.monotonic()
+            return engine.claim_batch(
+                runner_id=self.runner_id,
+                limit=limit,
+                lanes=self.lanes,
+                lease=self.lease,
+                queues=self.queues,
+                raise_rolled_back=tries is not None,
+            )
+
+        claims = take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any

@@ -165,7 +165,7 @@ class WakesBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         """System checks (the framework runs them): the app is installed, the periodic tasks can be booked."""
-        from .periodic_tasks import wanted
+        from .periodic_tasks import from_settings, wanted
 
         messages: list[CheckMessage] = []
         if not apps.is_installed("django_wakes"):
@@ -176,6 +176,10 @@ class WakesBackend(BaseTaskBackend):
                     id="django_wakes.tasks.E001",
                 )
             )
+            return messages
+        try:
+            from_settings()
+        except Exception:  # noqa: BLE001 - WAKES['PERIODIC'] itself is reported by django_wakes.E014, once
             return messages
         try:
             wanted()

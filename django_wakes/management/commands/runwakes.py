@@ -10,7 +10,10 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_wakes.checks import setting_errors
 from django_wakes.durations import parse_duration
+from django_wakes.engine import TRANSIENT_ERRORS
+from django_wakes.engine.shared import ROLLBACK_TRIES
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.runner import RunnerBroken, Sweeper, apply_client_timeouts
 from django_wakes.tasks import sync_periodic_on_boot
@@ -115,6 +118,9 @@ class Command(BaseCommand):
             handler: logging.Handler = logging.StreamHandler(cast(TextIO, self.stderr._out))
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
             logger.addHandler(handler)
+        refused = setting_errors()  # also under --skip-checks: a runner never starts on settings it cannot honour
+        if refused:
+            raise CommandError("; ".join(f"({m.id}) {m.msg}" for m in refused), returncode=1)
         apply_client_timeouts()  # a partitioned runner notices within a bounded time
         # Periodic tasks (django_wakes.tasks): book, re-plan, end, once per boot; when the database is
         # not there yet, once it answers (after the runner's first pass that reaches it).
@@ -132,7 +138,12 @@ class Command(BaseCommand):
             when_reachable=() if synced else (sync_periodic_on_boot,),
         )
         if once:
-            report = runner.run_once()
+            try:
+                report = runner.run_once(claim_tries=ROLLBACK_TRIES)  # no next pass: a locked claim is tried again here
+            except TRANSIENT_ERRORS as exc:
+                raise CommandError(
+                    f"the pass did not complete: the database refused it ({type(exc).__name__}: {exc})", returncode=1
+                ) from exc
             logger.info(
                 "runner %s, one pass (--once): %s",
                 runner.runner_id,
