@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
+from .fields import InstantField
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
 
@@ -65,13 +66,13 @@ class Wake(models.Model):
     state = models.CharField(
         _("state"), max_length=max(len(v) for v in State.values), choices=State.choices, default=State.PENDING
     )
-    fire_at = models.DateTimeField(
+    fire_at = InstantField(
         _("fire at"), null=True, blank=True, help_text=_("Scheduled time, or when the event/answer arrived.")
     )
-    due_at = models.DateTimeField(
+    due_at = InstantField(
         _("due at"), null=True, blank=True, help_text=_("When a runner should next look at this wake.")
     )
-    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    expires_at = InstantField(_("expires at"), null=True, blank=True)
     event_key = models.CharField(_("event key"), max_length=KEY_LENGTH, null=True, blank=True)
     event_match = models.JSONField(
         _("event match"),
@@ -87,7 +88,7 @@ class Wake(models.Model):
         help_text=_("The answer an unanswered approval delivers when it expires (marked as defaulted)."),
     )
     token_hash = models.CharField(_("token hash"), max_length=64, null=True, blank=True, unique=True, editable=False)
-    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
+    lease_until = InstantField(_("lease until"), null=True, blank=True)
     claim_token = models.CharField(_("claim token"), max_length=32, null=True, blank=True, editable=False)
     claimed_by = models.CharField(_("claimed by"), max_length=KEY_LENGTH, blank=True, default="")
     fence = models.BigIntegerField(
@@ -106,7 +107,7 @@ class Wake(models.Model):
             "so only an attempt whose sink really started is charged when a runner dies again."
         ),
     )
-    sink_started_at = models.DateTimeField(_("sink started"), null=True, blank=True)
+    sink_started_at = InstantField(_("sink started"), null=True, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=5)
     last_error = models.TextField(_("last error"), blank=True, default="")
@@ -147,15 +148,15 @@ class Wake(models.Model):
         default="",
         help_text=_("When spring-forward skips a cron time: shift to the change, or skip (blank: shift)."),
     )
-    start_at = models.DateTimeField(_("chain starts"), null=True, blank=True)
-    end_at = models.DateTimeField(_("chain ends"), null=True, blank=True)
-    paused_at = models.DateTimeField(
+    start_at = InstantField(_("chain starts"), null=True, blank=True)
+    end_at = InstantField(_("chain ends"), null=True, blank=True)
+    paused_at = InstantField(
         _("chain paused"),
         null=True,
         blank=True,
         help_text=_("Set while an operator holds this occurrence's chain: a pending one has due_at cleared."),
     )
-    paused_due_at = models.DateTimeField(
+    paused_due_at = InstantField(
         _("due when resumed"),
         null=True,
         blank=True,
@@ -200,10 +201,10 @@ class Wake(models.Model):
         help_text=_("A runner started with --queues fires only wakes of those queues."),
     )
 
-    created_at = models.DateTimeField(_("created"))
-    updated_at = models.DateTimeField(_("updated"))
-    claimed_at = models.DateTimeField(_("claimed"), null=True, blank=True)
-    settled_at = models.DateTimeField(_("settled"), null=True, blank=True)
+    created_at = InstantField(_("created"))
+    updated_at = InstantField(_("updated"))
+    claimed_at = InstantField(_("claimed"), null=True, blank=True)
+    settled_at = InstantField(_("settled"), null=True, blank=True)
 
     objects = WakeQuerySet.as_manager()
 
@@ -286,8 +287,8 @@ class WakeAttempt(models.Model):
     fence = models.BigIntegerField(
         _("fencing token"), default=0, help_text=_("The fencing token of the claim this attempt ran under.")
     )
-    started_at = models.DateTimeField(_("started"))
-    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    started_at = InstantField(_("started"))
+    finished_at = InstantField(_("finished"), null=True, blank=True)
     outcome = models.CharField(_("outcome"), max_length=max(len(v) for v in Outcome.values), choices=Outcome.choices)
     error = models.TextField(_("error"), blank=True, default="")
     error_type = models.CharField(
@@ -329,9 +330,9 @@ class Receipt(models.Model):
     )
     result = models.JSONField(_("result"), null=True, blank=True)
     owner = models.CharField(_("owner"), max_length=64, editable=False)
-    lease_until = models.DateTimeField(_("lease until"))
-    created_at = models.DateTimeField(_("created"))
-    completed_at = models.DateTimeField(_("completed"), null=True, blank=True)
+    lease_until = InstantField(_("lease until"))
+    created_at = InstantField(_("created"))
+    completed_at = InstantField(_("completed"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("once receipt")
@@ -369,8 +370,8 @@ class RetainedEvent(models.Model):
     workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
     event_key = models.CharField(_("event key"), max_length=KEY_LENGTH)
     payload = models.JSONField(_("payload"), null=True, blank=True)
-    delivered_at = models.DateTimeField(_("delivered"))
-    expires_at = models.DateTimeField(_("kept until"))
+    delivered_at = InstantField(_("delivered"))
+    expires_at = InstantField(_("kept until"))
 
     class Meta:
         verbose_name = _("retained event")
@@ -394,7 +395,7 @@ class EventKeyLock(models.Model):
 
     workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
     event_key = models.CharField(_("event key"), max_length=KEY_LENGTH)
-    used_at = models.DateTimeField(_("last used"))
+    used_at = InstantField(_("last used"))
 
     class Meta:
         verbose_name = _("event key lock")
@@ -414,10 +415,10 @@ class SessionControl(models.Model):
 
     session_id = models.CharField(_("session"), max_length=KEY_LENGTH, unique=True)
     workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH, blank=True, default="")
-    stopped_at = models.DateTimeField(_("stopped"), null=True, blank=True)
+    stopped_at = InstantField(_("stopped"), null=True, blank=True)
     stop_reason = models.TextField(_("stop reason"), blank=True, default="")
-    last_agent_wake_at = models.DateTimeField(_("last agent wake"), null=True, blank=True)
-    updated_at = models.DateTimeField(_("updated"))
+    last_agent_wake_at = InstantField(_("last agent wake"), null=True, blank=True)
+    updated_at = InstantField(_("updated"))
 
     class Meta:
         verbose_name = _("session")
@@ -448,7 +449,7 @@ class PausedLane(models.Model):
     """
 
     serial_key = models.CharField(_("lane"), max_length=KEY_LENGTH, unique=True)
-    paused_at = models.DateTimeField(_("paused"))
+    paused_at = InstantField(_("paused"))
     paused_by = models.CharField(_("paused by"), max_length=150, blank=True, default="")
     reason = models.TextField(_("reason"), blank=True, default="")
 
@@ -483,8 +484,8 @@ class Runner(models.Model):
     id = models.CharField(_("runner"), max_length=KEY_LENGTH, primary_key=True)
     host = models.CharField(_("host"), max_length=255)
     pid = models.PositiveIntegerField(_("pid"))
-    started_at = models.DateTimeField(_("started"))
-    heartbeat_at = models.DateTimeField(_("last heartbeat"))
+    started_at = InstantField(_("started"))
+    heartbeat_at = InstantField(_("last heartbeat"))
     kinds = models.JSONField(
         _("kinds it fires"),
         null=True,
@@ -522,7 +523,7 @@ class WebhookDelivery(models.Model):
     id = models.BigAutoField(primary_key=True)
     source = models.CharField(_("source"), max_length=100)
     delivery_id = models.CharField(_("delivery id"), max_length=KEY_LENGTH)
-    received_at = models.DateTimeField(_("received"))
+    received_at = InstantField(_("received"))
 
     class Meta:
         verbose_name = _("webhook delivery")

@@ -126,6 +126,12 @@ async def async_script_exit() -> None:
     sys.exit(1)
 
 
+@task
+def int_keys() -> dict[int, str]:
+    """A dict with keys JSON writes as strings: stored ``{"1": "one"}``, as Django's backends store it."""
+    return {1: "one", 2: "two"}
+
+
 @task(queue_name="reports")
 def report(name: str) -> str:
     _probe("report", name=name)

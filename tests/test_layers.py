@@ -24,6 +24,7 @@ VOCABULARY = {
     "durations",
     "events",
     "exceptions",
+    "fields",
     "logs",
     "tracing",
     "models",

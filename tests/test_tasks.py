@@ -468,3 +468,167 @@ def test_the_readmes_tasks_example_runs_as_written(settings, tmp_path, monkeypat
     assert run().fired == 1
     done = example.send_welcome.get_result(example.result.id)
     assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value is None
+
+
+# -- the result stored before task_finished; JSON keys; using() options kept -----------------------
+
+
+@pytest.mark.parametrize("task_name", ["add", "fail"])
+def test_task_finished_is_sent_once_the_result_is_stored(task_name):
+    """A receiver that reads the result back (from any process) sees it finished, not RUNNING."""
+    seen: list[Any] = []
+
+    def look(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((task_result.status, task_backends["default"].get_result(task_result.id)))
+
+    task_finished.connect(look, weak=False)
+    try:
+        result = tasks.add.enqueue(1, 2) if task_name == "add" else tasks.fail.enqueue("boom")
+        run()
+    finally:
+        task_finished.disconnect(look)
+    ((sent, stored),) = seen
+    expected = TaskResultStatus.SUCCESSFUL if task_name == "add" else TaskResultStatus.FAILED
+    assert sent == stored.status == expected
+    assert stored.id == result.id and stored.finished_at is not None
+    if task_name == "add":
+        assert stored.return_value == 3
+    else:
+        assert [e.exception_class_path for e in stored.errors] == ["testproject.tasks.TaskFailure"]
+
+
+def test_a_retried_attempt_sends_no_task_finished(clock, signals_seen):
+    result = tasks.flaky.enqueue(fail_until=2)
+    run()
+    assert ("finished", result.id, TaskResultStatus.FAILED) not in signals_seen
+    clock.advance("1s")
+    run()
+    assert [s for s in signals_seen if s[0] == "finished"] == [("finished", result.id, TaskResultStatus.SUCCESSFUL)]
+
+
+def test_a_dict_with_keys_that_are_not_strings_is_stored_as_json_has_it():
+    finished: list[Any] = []
+
+    def keep(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append(task_result.return_value)
+
+    task_finished.connect(keep, weak=False)
+    try:
+        result = tasks.int_keys.enqueue()
+        run()
+    finally:
+        task_finished.disconnect(keep)
+    fetched = tasks.int_keys.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.return_value == {"1": "one", "2": "two"} == finished[0]
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        {"serial_key": "user:7", "max_attempts": 4, "backoff": {"BASE": "5s", "FACTOR": 3}},
+        {"backoff": timedelta(seconds=90)},
+        {"backoff": {"BASE": timedelta(milliseconds=1500), "MAX": "1h"}},
+        {"max_attempts": 2, "priority": 7, "queue_name": "emails"},
+        {},
+    ],
+)
+def test_get_result_task_equals_the_task_enqueue_returned(clock, chosen):
+    """Options given with using() come back with the result (Django's contract: result.task is the task)."""
+    task = tasks.record.using(**chosen)
+    result = task.enqueue("x")
+    assert result.task == task
+    assert tasks.record.get_result(result.id).task == task
+    run()
+    fetched = tasks.record.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.task == task
+
+
+# -- USE_TZ = False: every call works, aware datetimes still accepted ------------------------------
+
+
+@pytest.fixture
+def naive_settings(settings: Any) -> Any:
+    """``USE_TZ = False`` in a zone that is not UTC (PostgreSQL sessions then speak local time)."""
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+    return settings
+
+
+def test_enqueue_run_and_read_results_with_use_tz_false(clock, naive_settings):
+    from django.utils import timezone
+
+    added = tasks.add.enqueue(2, 3)
+    local_later = timezone.make_naive(clock.now() + timedelta(hours=1))  # naive: Paris wall time
+    deferred = tasks.record.using(run_after=local_later).enqueue("later")
+    aware_later = clock.now() + timedelta(hours=2)
+    deferred_aware = tasks.record.using(run_after=aware_later).enqueue("aware")
+    failing = tasks.fail.enqueue("boom")
+    assert timezone.is_naive(added.enqueued_at)
+
+    report = run()
+    assert (report.fired, report.failed) == (1, 1)
+    done = tasks.add.get_result(added.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 5
+    for moment in (done.enqueued_at, done.started_at, done.finished_at, done.last_attempted_at):
+        assert timezone.is_naive(moment)  # what Django's own backends give with USE_TZ = False
+    assert done.enqueued_at <= done.started_at <= done.finished_at
+    assert done.finished_at == timezone.make_naive(clock.now())
+    assert tasks.fail.get_result(failing.id).status == TaskResultStatus.FAILED
+
+    waiting = tasks.record.get_result(deferred.id)
+    assert waiting.status == TaskResultStatus.READY and waiting.task.run_after == local_later
+    assert waiting.task == deferred.task
+    assert tasks.record.get_result(deferred_aware.id).task.run_after == aware_later
+    clock.advance("1h")
+    assert run().fired == 1
+    assert tasks.record.get_result(deferred.id).status == TaskResultStatus.SUCCESSFUL
+    clock.advance("1h")
+    assert run().fired == 1
+    assert tasks.record.get_result(deferred_aware.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_retries_with_backoff_and_use_tz_false(clock, naive_settings):
+    result = tasks.flaky.enqueue(fail_until=3)
+    run()
+    assert tasks.flaky.get_result(result.id).status == TaskResultStatus.READY
+    for _ in range(2):
+        clock.advance("1s")
+        run()
+    fetched = tasks.flaky.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.attempts == 3
+
+
+def test_the_wakes_api_with_use_tz_false(clock, naive_settings, sinks):
+    """schedule, watch/deliver_event, request_approval/resolve, cancel, run_due: naive local or aware times."""
+    from django.utils import timezone
+
+    calls = sinks("t.naive")
+    at_local = django_wakes.schedule(
+        workspace_id="w", kind="t.naive", at=timezone.make_naive(clock.now() + timedelta(minutes=5))
+    )
+    at_aware = django_wakes.schedule(workspace_id="w", kind="t.naive", at=clock.now() + timedelta(minutes=5))
+    assert Wake.objects.get(pk=at_local.pk).due_at == Wake.objects.get(pk=at_aware.pk).due_at == at_aware.due_at
+    assert Wake.objects.get(pk=at_aware.pk).due_at == clock.now() + timedelta(minutes=5)  # the same instant
+    watcher = django_wakes.watch(workspace_id="w", kind="t.naive", event_key="ci:1", expires_in="1d")
+    approval = django_wakes.request_approval(workspace_id="w", kind="t.naive", prompt="Deploy?", expires_in="1h")
+    doomed = django_wakes.schedule(workspace_id="w", kind="t.naive", delay="1m")
+    assert django_wakes.cancel(doomed.pk) is True
+    assert django_wakes.deliver_event(workspace_id="w", event_key="ci:1", payload={"ok": True}) == 1
+    django_wakes.resolve(approval.token, {"approved": True}, actor="demo")
+    report = run()
+    assert report.fired == 2 and report.next_at == clock.now() + timedelta(minutes=5)
+    assert sorted(calls.ids) == sorted([watcher.pk, approval.wake.pk])
+    clock.advance("5m")
+    assert run().fired == 2
+    assert Wake.objects.filter(state=State.FIRED).count() == 4
+
+
+def test_a_wake_stored_with_use_tz_false_is_the_same_instant_with_use_tz_true(clock, settings, sinks):
+    sinks("t.switch")
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+    moment = clock.now() + timedelta(minutes=5)
+    wake = django_wakes.schedule(workspace_id="w", kind="t.switch", at=moment)
+    settings.USE_TZ = True
+    assert Wake.objects.get(pk=wake.pk).due_at == moment

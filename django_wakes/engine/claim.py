@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
 
@@ -301,7 +302,7 @@ def _one_statement(
     Compiling the claim query through the ORM costs more than running it; the SQL does not change
     between passes, only the time does. The same SQL text also lets psycopg prepare it on the server.
     """
-    key = (using, kinds, limit, lanes, queues)
+    key = (using, kinds, limit, lanes, queues, settings.USE_TZ)  # USE_TZ: the columns' converters follow it
     found = _statements.get(key)
     if found is not None:
         return found

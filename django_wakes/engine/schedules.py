@@ -163,7 +163,9 @@ def resume_chain(chain_id: str) -> str:
             rows = _rows(using, chain_id).filter(paused_at__isnull=False)
             # An operator's own move of one held row (fire now, reschedule) gave it a due_at: it keeps it.
             resumed = rows.filter(state=State.PENDING).update(
-                due_at=Coalesce(F("due_at"), F("paused_due_at"), Value(now)),
+                due_at=Coalesce(
+                    F("due_at"), F("paused_due_at"), Value(now, output_field=Wake._meta.get_field("due_at"))
+                ),
                 paused_at=None,
                 paused_due_at=None,
                 updated_at=now,

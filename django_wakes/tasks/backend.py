@@ -18,6 +18,8 @@ from typing import Any
 from django.apps import apps
 from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from .. import clock, engine
 from ..exceptions import InvalidWake, WakeError
@@ -131,6 +133,11 @@ class WakesBackend(BaseTaskBackend):
             intent["backoff"] = backoff
         if task.run_after is not None:
             intent["deferred"] = True
+            if timezone.is_naive(task.run_after):  # USE_TZ = False: local time in TIME_ZONE, as Django reads it
+                intent["naive"] = True
+        own = options.chosen(task, _declared(task))
+        if own:
+            intent["using"] = own
         wake = engine.schedule(
             workspace_id=self.workspace,
             kind=TASK_KIND,
@@ -204,6 +211,15 @@ class WakesBackend(BaseTaskBackend):
         if wake is None:
             raise TaskResultDoesNotExist(result_id)
         return results.task_result(wake)
+
+
+def _declared(task: Task) -> Task | None:  # type: ignore[type-arg]
+    """The task as decorated (what the runner imports), or ``None`` if it cannot be imported."""
+    try:
+        declared = import_string(task.module_path)
+    except Exception:  # noqa: BLE001 - a task the runner cannot import fails there, with its own error
+        return None
+    return declared if isinstance(declared, Task) else None
 
 
 def _wake_id(result_id: Any) -> int | None:

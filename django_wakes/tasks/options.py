@@ -116,3 +116,46 @@ def fill_lane(
         return key(lane, name="serial_key", max_length=KEY_LENGTH)
     except InvalidWake as exc:
         raise InvalidTaskArguments(str(exc)) from exc
+
+
+#: django-wakes' own options of a task, which ``using()`` may change for one call.
+CALL_OPTIONS = ("max_attempts", "backoff", "serial_key")
+
+
+def chosen(task: Any, declared: Any) -> dict[str, Any]:
+    """The options ``task`` has of its own (given with ``using()``): those that differ from ``declared``'s.
+
+    Kept in the wake's intent as JSON, so the task read back (``get_result(id).task``) equals the one
+    enqueued. ``declared`` is the decorated task (``None`` if it cannot be imported: every option is kept).
+    """
+    found = {}
+    for name in CALL_OPTIONS:
+        value = getattr(task, name, None)
+        if value != getattr(declared, name, None):
+            found[name] = _encode(value)
+    return found
+
+
+def decoded(data: Any) -> dict[str, Any]:
+    """The options :func:`chosen` kept, as ``using()`` takes them."""
+    if not isinstance(data, dict):
+        return {}
+    return {name: _decode(value) for name, value in data.items() if name in CALL_OPTIONS}
+
+
+def _encode(value: Any) -> dict[str, Any]:
+    """An option value as JSON that decodes to an equal value (a ``timedelta`` stays a ``timedelta``)."""
+    if isinstance(value, timedelta):
+        return {"timedelta": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, Mapping):
+        return {"mapping": {str(part): _encode(item) for part, item in value.items()}}
+    return {"value": value}
+
+
+def _decode(data: dict[str, Any]) -> Any:
+    if "timedelta" in data:
+        days, seconds, microseconds = data["timedelta"]
+        return timedelta(days=days, seconds=seconds, microseconds=microseconds)
+    if "mapping" in data:
+        return {part: _decode(item) for part, item in data["mapping"].items()}
+    return data["value"]

@@ -24,11 +24,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..engine import db_alias
 from ..models import Outcome, State, Wake, WakeAttempt
+from . import options
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 
 STATUS: dict[str, TaskResultStatus] = {
@@ -49,7 +52,12 @@ INVALID_OUTCOME_PATH = "django_wakes.tasks.exceptions.TaskOutcomeInvalid"
 
 
 def load_task(wake: Wake) -> Task:  # type: ignore[type-arg]
-    """The ``Task`` a wake runs, with the priority, queue, backend and ``run_after`` it was enqueued with."""
+    """The ``Task`` a wake runs, equal to the one it was enqueued with.
+
+    The decorated task, with what the enqueued one had of its own: the priority, queue, backend and
+    ``run_after`` (naive again if it was given naive, with ``USE_TZ = False``), and django-wakes'
+    options given with ``using()`` (``max_attempts``, ``backoff``, ``serial_key``: kept in the intent).
+    """
     intent = wake.intent or {}
     path = intent.get("task")
     if not isinstance(path, str):
@@ -58,9 +66,27 @@ def load_task(wake: Wake) -> Task:  # type: ignore[type-arg]
     if not isinstance(task, Task):
         raise SuspiciousOperation(f"wake {wake.pk}: {path} is not a Task (decorate the function with @task)")
     run_after = wake.fire_at if intent.get("deferred") else None
+    if run_after is not None and intent.get("naive"):
+        run_after = timezone.make_naive(run_after)
     return task.using(
-        priority=wake.priority, queue_name=wake.queue_name, backend=intent.get("backend"), run_after=run_after
+        priority=wake.priority,
+        queue_name=wake.queue_name,
+        backend=intent.get("backend"),
+        run_after=run_after,
+        **options.decoded(intent.get("using")),
     )
+
+
+def local(moment: datetime | None) -> datetime | None:
+    """A time as the Tasks framework hands it out: aware, or naive in ``TIME_ZONE`` with ``USE_TZ = False``.
+
+    That is what Django's own backends give (``timezone.now()``), so a caller can compare a result's
+    times with its own.
+    """
+    if moment is None or settings.USE_TZ:
+        return moment
+    naive: datetime = timezone.make_naive(moment)
+    return naive
 
 
 def started_attempts(wake: Wake) -> list[WakeAttempt]:
@@ -89,10 +115,10 @@ def task_result(wake: Wake, *, task: Task | None = None, attempts: Iterable[Wake
         task=task,
         id=str(wake.pk),
         status=STATUS[wake.state],
-        enqueued_at=wake.created_at,
-        started_at=_first_start(done, wake),
-        finished_at=wake.settled_at if wake.state not in (State.PENDING, State.FIRING) else None,
-        last_attempted_at=wake.claimed_at if running else (done[-1].started_at if done else None),
+        enqueued_at=local(wake.created_at),
+        started_at=local(_first_start(done, wake)),
+        finished_at=local(wake.settled_at if wake.state not in (State.PENDING, State.FIRING) else None),
+        last_attempted_at=local(wake.claimed_at if running else (done[-1].started_at if done else None)),
         args=intent.get("args", []),
         kwargs=intent.get("kwargs", {}),
         backend=task.backend,
