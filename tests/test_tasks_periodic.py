@@ -246,12 +246,16 @@ def test_runwakes_boot_sync_logs_a_bad_declaration_and_goes_on(settings, caplog)
     assert "periodic tasks were not synced" in caplog.text and "cannot import" in caplog.text
 
 
-def test_the_backends_check_reports_a_periodic_task_that_cannot_be_booked(settings):
+def test_a_periodic_setting_that_cannot_be_booked_is_reported_once_by_the_apps_check(settings):
+    """A bad WAKES['PERIODIC'] entry is the app's E014 (naming the setting and the value), not repeated by the backend."""
+    from django_wakes.checks import check_wakes_settings
+
     backend = task_backends["default"]
     assert backend.check() == []
     settings.WAKES = {**settings.WAKES, "PERIODIC": [{"task": "testproject.tasks.add", "cron": "61 * * * *"}]}
-    (error,) = backend.check()
-    assert error.id == "django_wakes.tasks.E002" and "61 * * * *" in error.msg
+    assert backend.check() == []
+    (error,) = [message for message in check_wakes_settings() if message.id == "django_wakes.E014"]
+    assert "WAKES['PERIODIC']" in error.msg and "61 * * * *" in error.msg
 
 
 def test_the_backends_check_wants_the_app_installed():
