@@ -247,7 +247,7 @@ def test_runwakes_boot_sync_logs_a_bad_declaration_and_goes_on(settings, caplog)
 
 
 def test_a_periodic_setting_that_cannot_be_booked_is_reported_once_by_the_apps_check(settings):
-    """A bad WAKES['PERIODIC'] entry is the app's E014 (naming the setting and the value), not repeated by the backend."""
+    """A bad WAKES['PERIODIC'] entry is the app's E014 (naming the setting and value), not repeated by the backend."""
     from django_wakes.checks import check_wakes_settings
 
     backend = task_backends["default"]
