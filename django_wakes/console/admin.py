@@ -4,9 +4,9 @@ Rows are never edited here. Every write is an engine transition: the list's bulk
 (:func:`~django_wakes.engine.cancel`, :func:`~django_wakes.engine.requeue`), the wake page's buttons
 and the lanes page's pause/resume (:mod:`django_wakes.engine.operate`), each a conditional UPDATE, so
 an operator racing a runner can never double-fire or resurrect a wake. They need the
-``django_wakes.operate_wake`` permission (403 without it) and a confirmation (a GET shows what will
-happen, the POST does it). Secrets stay hidden: the approval ``token_hash``, the claim token and a
-receipt's owner token are never shown.
+``django_wakes.operate_wake`` permission on top of the view permission every page asks for (403
+without either) and a confirmation (a GET shows what will happen, the POST does it). Secrets stay
+hidden: the approval ``token_hash``, the claim token and a receipt's owner token are never shown.
 
 Times are shown to the second in the operator's time zone (Django's current time zone, else
 ``TIME_ZONE``), with UTC on hover.
@@ -280,12 +280,17 @@ def _run_operation(name: str, wake_id: int, at: datetime | None) -> str:
     return engine.cancel_wake(wake_id)
 
 
-class OperatorMixin:
-    """The ``operate_wake`` permission check shared by the wake page, its bulk actions and the lanes page."""
+class OperatorMixin(ModelAdmin):
+    """The operator check shared by the wake page, its buttons, its bulk actions and the lanes page."""
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Whether the user may run engine transitions here (the ``operate_wake`` permission)."""
-        return request.user.has_perm("django_wakes.operate_wake")
+        """Whether the user may run engine transitions here: ``operate_wake`` on top of the view permission.
+
+        Operating without viewing is refused like every other console page (list, wake page, lanes,
+        chains): a user with ``operate_wake`` alone neither reads a wake through its confirmation page
+        nor changes a wake the console would not show them.
+        """
+        return self.has_view_permission(request) and request.user.has_perm("django_wakes.operate_wake")
 
 
 @admin.register(Wake)
@@ -474,7 +479,10 @@ class WakeAdmin(OperatorMixin, ReadOnlyAdmin):
         )
 
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
-        """GET: confirm one operation on one wake. POST: run it through the engine, say what happened."""
+        """GET: confirm one operation on one wake. POST: run it through the engine, say what happened.
+
+        403 without the view permission or without ``operate_wake`` (:meth:`has_operate_permission`).
+        """
         if not self.has_operate_permission(request):
             raise PermissionDenied
         op = OPERATIONS.get(operation)
