@@ -1,7 +1,8 @@
 """Include under any prefix: ``path("wakes/", include("django_wakes.urls"))``.
 
 Approval links are then ``reverse("django_wakes:approve", args=[token])``: that URL keeps the
-token's hash in the session and redirects to the token-free ``django_wakes:answer`` page, which
+token's hash in the session and redirects to the token-free ``django_wakes:answer`` page (a token of
+no approval waiting for its answer goes to ``django_wakes:refused`` instead, with no session), which
 needs a logged-in user: ``settings.LOGIN_URL`` names the login page. A project without one of its own
 sets ``LOGIN_URL = "django_wakes:login"``: Django's ``LoginView`` with a template this app ships
 (``django_wakes/login.html``), so the first click on an approval link works with no template of the
@@ -31,6 +32,7 @@ app_name = "django_wakes"
 
 urlpatterns = [
     path("approve/answer/", views.answer, name="answer"),  # before the token pattern, which would match it
+    path("approve/refused/<slug:reason>/", views.refused, name="refused"),  # where a link that opens nothing goes
     path("approve/<str:token>/", views.approve, name="approve"),
     path("login/", LoginView.as_view(template_name="django_wakes/login.html"), name="login"),  # LOGIN_URL's choice
     path("approvals/api/", api.approval_api, name="approval_api"),

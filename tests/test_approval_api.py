@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
@@ -356,6 +358,22 @@ def test_the_token_is_in_no_log_line(bot, approval, caplog):
     assert f"approval answered wake={approval.wake.pk} workspace={WORKSPACE} by=alice approved=True via=api" in (
         caplog.text
     )
+
+
+def test_the_api_writes_no_session(settings, client, approval):
+    """Like the approval link, the API keeps nothing for whoever posts: no session row, no cookie."""
+    settings.SESSION_ENGINE = "django.contrib.sessions.backends.db"
+    before = list(Session.objects.order_by("session_key").values_list("session_key", "session_data"))
+    responses = [post(Client(), answer(secrets.token_urlsafe(32))) for _ in range(50)]  # anonymous: 401
+    responses += [post(client, answer(secrets.token_urlsafe(32))) for _ in range(5)]  # alice's session: 404
+    settings.WAKES = {**settings.WAKES, "API_AUTH": "tests.test_approval_api.bearer_actor"}
+    bot_headers = {"Authorization": f"Bearer {BOT_KEY}", "X-On-Behalf-Of": "alice"}
+    responses += [post(Client(headers=bot_headers), answer(secrets.token_urlsafe(32))) for _ in range(5)]  # 404
+    responses += [post(Client(), answer(secrets.token_urlsafe(32)), HTTP_AUTHORIZATION="Bearer wrong")]  # 401
+    responses.append(post(Client(headers=bot_headers), answer(approval.token)))  # 200
+    assert [r.status_code for r in responses] == [401] * 50 + [404] * 10 + [401, 200]
+    assert not [r.cookies for r in responses if r.cookies]
+    assert list(Session.objects.order_by("session_key").values_list("session_key", "session_data")) == before
 
 
 # -- the documented example ----------------------------------------------------------------------

@@ -8,11 +8,13 @@ which makes Chromium post ``Origin: null`` and Django refuse the answer with a C
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.sessions.models import Session
 from django.shortcuts import resolve_url
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
@@ -195,8 +197,9 @@ def test_the_prompt_and_the_intent_are_shown_as_text(browser: Browser, alice: An
     assert browser.driver.find_elements("css selector", "main script, main b, main img") == []
 
 
-def refused(browser: Browser, name: str) -> str:
-    assert browser.path == ANSWER_PATH
+def refused(browser: Browser, name: str, path: str = ANSWER_PATH) -> str:
+    """The refusal page the browser ended on: the answer page's, or the link's own (``approve/refused/...``)."""
+    assert browser.path == path
     browser.screenshot(name)
     assert browser.driver.find_elements("css selector", "form") == []
     return browser.text()
@@ -211,10 +214,23 @@ def test_an_unknown_link_gets_404(browser: Browser, alice: Any) -> None:
     log_in(browser, alice)
     browser.clear_requests()
     open_link(browser, approval.token[::-1])
-    page = refused(browser, "refused-404")
+    page = refused(browser, "refused-404", "/wakes/approve/refused/not-found/")
     assert status_of_last_page(browser) == 404
     assert "Approval not found" in page and "This approval link is not valid." in page
     assert_token_left_the_urls(browser, approval.token[::-1])
+
+
+def test_a_stranger_opening_made_up_links_gets_404_and_no_cookie(browser: Browser) -> None:
+    """Logged out, no cookie yet: a link to no waiting approval is refused at once and leaves no session behind."""
+    before = Session.objects.count()
+    for _ in range(3):
+        token = secrets.token_urlsafe(32)
+        open_link(browser, token)
+        assert browser.path == "/wakes/approve/refused/not-found/"
+        assert status_of_last_page(browser) == 404
+        assert "This approval link is not valid." in browser.text()
+    assert browser.driver.get_cookies() == []
+    assert Session.objects.count() == before
 
 
 def test_nothing_in_the_session_gets_404(browser: Browser, alice: Any) -> None:
@@ -242,7 +258,7 @@ def test_an_answered_approval_gets_409(browser: Browser, alice: Any) -> None:
     log_in(browser, alice)
     browser.clear_requests()
     open_link(browser, approval.token)
-    page = refused(browser, "refused-409")
+    page = refused(browser, "refused-409", "/wakes/approve/refused/answered/")
     assert status_of_last_page(browser) == 409
     assert "This approval was already answered or cancelled." in page
     assert_token_left_the_urls(browser, approval.token)
@@ -265,7 +281,7 @@ def test_an_expired_approval_gets_410(browser: Browser, alice: Any) -> None:
     log_in(browser, alice)
     browser.clear_requests()
     open_link(browser, approval.token)
-    page = refused(browser, "refused-410")
+    page = refused(browser, "refused-410", "/wakes/approve/refused/expired/")
     assert status_of_last_page(browser) == 410
     assert "This approval expired before it was answered." in page
     assert_token_left_the_urls(browser, approval.token)

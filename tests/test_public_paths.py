@@ -85,6 +85,7 @@ def test_the_package_root_exports_what_it_lists():
     [
         ("django_wakes:approve", ["t0ken"]),
         ("django_wakes:answer", []),
+        ("django_wakes:refused", ["expired"]),
         ("django_wakes:login", []),
         ("django_wakes:approval_api", []),
         ("django_wakes:event_webhook", ["github"]),

@@ -1,5 +1,6 @@
 """The approval page through Django's test client: the link's token becomes a hash in the session and
-leaves the URL at once; who may answer; what each refusal looks like; that the token leaks nowhere.
+leaves the URL at once; a link that opens nothing writes no session; who may answer; what each refusal
+looks like; that the token leaks nowhere.
 
 What only a real browser shows (Referer and Origin headers, the login round trip) is in
 test_browser_approval.py.
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
+import secrets
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from django.contrib.sessions.models import Session
 from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 import django_wakes
 from django_wakes import engine
@@ -32,6 +35,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 WORKSPACE = "team-alice"  # testproject.wakes.authorize lets a user whose name is in the workspace id answer
 PASSWORD = "correct horse battery staple"
 ANSWER_URL = "/wakes/approve/answer/"
+DB_SESSIONS = "django.contrib.sessions.backends.db"
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +90,22 @@ def open_link(client: Client, token: str) -> Any:
     return response
 
 
+def refused_link(client: Client, token: str, reason: str) -> Any:
+    """Follow a link that opens no waiting approval: redirected to a token-free refusal, and no cookie set."""
+    response = client.get(link(token))
+    assert response.status_code == 302
+    assert response["Location"] == f"/wakes/approve/refused/{reason}/"
+    assert response["Referrer-Policy"] == "no-referrer"
+    assert response.content == b""
+    page = client.get(response["Location"])
+    for each in (response, page):
+        assert not each.cookies, each.cookies
+        assert "no-store" in each["Cache-Control"]
+    assert page["Referrer-Policy"] == "same-origin"
+    assert token not in page.content.decode()
+    return page
+
+
 def answer(client: Client, wake: Wake | int, decision: str = "approve", comment: str = "", **extra: Any) -> Any:
     wake_id = wake if isinstance(wake, int) else wake.pk
     return client.post(ANSWER_URL, {"wake": wake_id, "decision": decision, "comment": comment, **extra})
@@ -128,11 +148,64 @@ def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_fr
 
 
 def test_the_link_never_refuses_by_itself(client: Client, approval: django_wakes.ApprovalRequest) -> None:
-    """A 4xx at the token URL would be logged with its path by Django: the answer page refuses instead."""
+    """A 4xx at the token URL would be logged with its path by Django: a token-free page refuses instead."""
     unknown = approval.token[::-1]
-    open_link(client, unknown)
-    assert client.session[SESSION_KEY] == engine.hash_token(unknown)
+    assert refused_link(client, unknown, "not-found").status_code == 404
+    assert SESSION_KEY not in client.session
     assert open_link(Client(), approval.token)["Referrer-Policy"] == "no-referrer"  # anonymous too
+
+
+def test_a_link_that_opens_no_waiting_approval_writes_no_session(settings: Any, alice: Any) -> None:
+    """Made-up links cannot grow the session table: only a link to an approval waiting for its answer keeps one."""
+    settings.SESSION_ENGINE = DB_SESSIONS
+    answered = request_approval(prompt="Answered?")
+    django_wakes.resolve(answered.token, {"approved": True, "comment": ""}, "demo")
+    cancelled = request_approval(prompt="Cancelled?")
+    django_wakes.cancel(cancelled.wake.pk)
+    expired = request_approval(prompt="Expired?")
+    Wake.objects.filter(pk=expired.wake.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    expiry_fired = request_approval(prompt="Expiry fired?")
+    Wake.objects.filter(pk=expiry_fired.wake.pk).update(state=State.EXPIRED, expires_at=START)
+    before = Session.objects.count()
+    links = [Client().get(link(secrets.token_urlsafe(32))) for _ in range(50)]  # a script keeping no cookies
+    assert Session.objects.count() == before  # not 50 rows more
+    assert not [response.cookies for response in links if response.cookies]
+    stranger = Client()
+    page = refused_link(stranger, secrets.token_urlsafe(32), "not-found")
+    assert page.status_code == 404 and "not valid" in page.content.decode()
+    assert stranger.head(link("not-a-token")).status_code == 302
+    for token, reason, status, says in (
+        (answered.token, "answered", 409, "already answered"),
+        (cancelled.token, "answered", 409, "already answered"),
+        (expired.token, "expired", 410, "expired"),
+        (expiry_fired.token, "expired", 410, "expired"),
+    ):
+        page = refused_link(stranger, token, reason)
+        assert page.status_code == status and says in page.content.decode()
+    assert Session.objects.count() == before
+    assert not stranger.cookies
+    # A logged-in approver's session is left as it was: the link they opened before is still the one kept.
+    waiting = request_approval()
+    approver = Client()
+    approver.force_login(alice)
+    open_link(approver, waiting.token)
+    kept = Session.objects.count()
+    refused_link(approver, answered.token, "answered")
+    refused_link(approver, secrets.token_urlsafe(32), "not-found")
+    assert approver.session[SESSION_KEY] == engine.hash_token(waiting.token)
+    assert approver.get(ANSWER_URL).status_code == 200
+    assert Session.objects.count() == kept
+    # The link of a waiting approval still keeps its hash in a session, for a stranger too.
+    assert open_link(stranger, waiting.token).cookies[django_settings.SESSION_COOKIE_NAME].value
+    assert Session.objects.count() == kept + 1
+    assert stranger.session[SESSION_KEY] == engine.hash_token(waiting.token)
+
+
+def test_the_refusal_page_says_only_what_its_url_says(client: Client) -> None:
+    for reason, status in (("not-found", 404), ("answered", 409), ("expired", 410), ("no-such-reason", 404)):
+        page = Client().get(reverse("django_wakes:refused", args=[reason]))
+        assert page.status_code == status and not page.cookies
+    assert Client().post(reverse("django_wakes:refused", args=["expired"])).status_code == 405
 
 
 def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval: django_wakes.ApprovalRequest) -> None:
@@ -232,13 +305,17 @@ def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "alice"
 
 
-def test_a_second_answer_gets_409(client: Client, approval: django_wakes.ApprovalRequest) -> None:
-    assert open_and_answer(client, approval).status_code == 200
-    open_link(client, approval.token)
-    for response in (client.get(ANSWER_URL), answer(client, approval.wake, decision="reject")):
+def test_a_second_answer_gets_409(alice: Any, client: Client, approval: django_wakes.ApprovalRequest) -> None:
+    second = Client()
+    second.force_login(alice)
+    open_link(second, approval.token)  # the page is open in another browser...
+    assert open_and_answer(client, approval).status_code == 200  # ...when the approval is answered
+    for response in (second.get(ANSWER_URL), answer(second, approval.wake, decision="reject")):
         assert response.status_code == 409
         assert "already answered" in response.content.decode()
         assert_guarded(response, approval.token)
+    page = refused_link(client, approval.token, "answered")  # the link, opened again, is refused at once
+    assert page.status_code == 409 and "already answered" in page.content.decode()
     assert Wake.objects.get(pk=approval.wake.pk).result["answer"]["approved"] is True
 
 
@@ -256,10 +333,11 @@ def test_of_two_approvers_with_the_page_open_the_first_answer_wins(
 
 
 def test_a_cancelled_approval_gets_409(client: Client, approval: django_wakes.ApprovalRequest) -> None:
-    django_wakes.cancel(approval.wake.pk)
     open_link(client, approval.token)
+    django_wakes.cancel(approval.wake.pk)
     assert client.get(ANSWER_URL).status_code == 409
     assert answer(client, approval.wake).status_code == 409
+    assert refused_link(client, approval.token, "answered").status_code == 409
 
 
 def test_an_expired_approval_gets_410(client: Client) -> None:
@@ -278,19 +356,30 @@ def test_an_expired_approval_gets_410(client: Client) -> None:
 def test_an_approval_whose_expiry_already_fired_gets_410(
     client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
-    Wake.objects.filter(pk=approval.wake.pk).update(state=State.EXPIRED, expires_at=START)
     open_link(client, approval.token)
+    Wake.objects.filter(pk=approval.wake.pk).update(state=State.EXPIRED, expires_at=START)
     assert client.get(ANSWER_URL).status_code == 410
     assert answer(client, approval.wake).status_code == 410
+    assert refused_link(client, approval.token, "expired").status_code == 410
 
 
 def test_an_unknown_token_gets_404(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     unknown = approval.token[::-1]
-    open_link(client, unknown)
-    for response in (client.get(ANSWER_URL), answer(client, approval.wake)):
+    page = refused_link(client, unknown, "not-found")
+    assert page.status_code == 404 and "not valid" in page.content.decode()
+    assert_guarded(page, unknown)
+    assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
+
+
+def test_an_approval_gone_from_the_table_gets_404(client: Client, approval: django_wakes.ApprovalRequest) -> None:
+    """The session keeps the hash of an approval that gc deleted since: the answer page no longer finds it."""
+    gone = request_approval(prompt="Soon deleted")
+    open_link(client, gone.token)
+    Wake.objects.filter(pk=gone.wake.pk).delete()
+    for response in (client.get(ANSWER_URL), answer(client, gone.wake.pk)):
         assert response.status_code == 404
         assert "not valid" in response.content.decode()
-        assert_guarded(response, unknown)
+        assert_guarded(response, gone.token)
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
 
 
@@ -379,17 +468,24 @@ def test_the_token_is_never_logged(
     strict.force_login(alice)
     open_link(strict, approval.token)
     assert answer(strict, approval.wake).status_code == 403  # CSRF refusal
-    open_link(client, approval.token[::-1])
+    assert refused_link(client, approval.token[::-1], "not-found").status_code == 404
     assert client.get(ANSWER_URL).status_code == 404
     open_link(client, approval.token)
     assert client.put(ANSWER_URL).status_code == 405
     assert answer(client, approval.wake, decision="maybe").status_code == 400
     assert answer(client, approval.wake).status_code == 200
-    open_link(client, approval.token)
-    assert answer(client, approval.wake).status_code == 409
+    assert refused_link(client, approval.token, "answered").status_code == 409
+    assert answer(client, approval.wake).status_code == 404  # the session forgot it after the answer
+    with fake_clock(timezone.now() - timedelta(days=1)):  # it expired a day later: 23 hours ago
+        expired = request_approval(expires_in="1h")
+    assert refused_link(client, expired.token, "expired").status_code == 410
+    waiting = request_approval(prompt="Another one")
+    open_link(client, waiting.token)
     settings.WAKES = {**settings.WAKES, "AUTHORIZE": lambda actor, workspace_id: False}
     assert client.get(ANSWER_URL).status_code == 403
     assert caplog.records, "expected the refusals and the answer to be logged (without the token)"
+    assert any(r.name == "django.request" and "/wakes/approve/refused/" in r.getMessage() for r in caplog.records)
     assert approval.token not in caplog.text
     assert approval.token[::-1] not in caplog.text
+    assert expired.token not in caplog.text and waiting.token not in caplog.text
     assert any("approval answered" in r.getMessage() and "by=alice" in r.getMessage() for r in caplog.records)

@@ -1,7 +1,7 @@
 """The state machine, one module per stage of a wake's flow, and the only code that writes a wake.
 
 * :mod:`.create` — ``schedule``, ``watch``, ``request_approval``; booking a chain's next occurrence;
-* :mod:`.triggers` — ``deliver_event``, ``open_approval``/``resolve``, ``cancel``, ``requeue``;
+* :mod:`.triggers` — ``deliver_event``, ``waiting_approval``/``open_approval``/``resolve``, ``cancel``, ``requeue``;
 * :mod:`.claim` — claim due wakes and lapsed leases, renew leases;
 * :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
 * :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
@@ -56,7 +56,7 @@ from .settle import (
     sink_returned,
 )
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, drop_broken_connections, hash_token
-from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed
+from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed, waiting_approval
 
 __all__ = [
     "acancel",
@@ -126,5 +126,6 @@ __all__ = [
     "stop_session",
     "take_over_lapsed",
     "unwakeable_log",
+    "waiting_approval",
     "watch",
 ]

@@ -86,6 +86,35 @@ def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
     return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled", wake)
 
 
+def _approval_of(token_hash: str | None) -> Wake:
+    """The approval whose token hashes to ``token_hash``, in whatever state; :class:`ApprovalNotFound` if none."""
+    if not well_formed_token_hash(token_hash):
+        raise ApprovalNotFound("no approval answers to this token")
+    wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
+    if wake is None:
+        raise ApprovalNotFound("no approval answers to this token")
+    return wake
+
+
+def _still_waiting(wake: Wake) -> Wake:
+    """Return ``wake`` if it still waits for its answer; else raise why not (expired, answered or cancelled)."""
+    now = clock.now()
+    if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
+        return wake
+    raise _approval_refusal(wake, now)
+
+
+def waiting_approval(token_hash: str | None) -> Wake:
+    """Return the approval ``token_hash`` opens if it still waits for an answer, whoever asks; else raise.
+
+    What the approval link checks before it keeps anything for its visitor, who may not have logged
+    in yet: raise :class:`ApprovalNotFound`, :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`,
+    the refusals that do not depend on who answers. Whether this visitor may answer is
+    :func:`open_approval`'s question (``WAKES["AUTHORIZE"]``), asked once they are logged in.
+    """
+    return _still_waiting(_approval_of(token_hash))
+
+
 def open_approval(token_hash: str | None, actor: Any) -> Wake:
     """Return the approval ``token_hash`` opens for ``actor`` if it can be answered now, else raise.
 
@@ -93,22 +122,16 @@ def open_approval(token_hash: str | None, actor: Any) -> Wake:
     before its conditional UPDATE, and the approval page calls it before showing the prompt, so the
     page refuses exactly what an answer would be refused for. Raise :class:`ApprovalNotFound`,
     :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or no hook is configured: approvals are
-    never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`.
+    never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`. An actor who may
+    not answer is told that before anything of the approval's state.
     """
-    if not well_formed_token_hash(token_hash):
-        raise ApprovalNotFound("no approval answers to this token")
-    wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
-    if wake is None:
-        raise ApprovalNotFound("no approval answers to this token")
+    wake = _approval_of(token_hash)
     authorize = wakes_settings.authorize
     if authorize is None:
         raise ApprovalDenied("no WAKES['AUTHORIZE'] hook is configured, so no one may resolve approvals")
     if not authorize(actor, wake.workspace_id):
         raise ApprovalDenied(f"{actor_name(actor)!r} may not resolve approvals in this workspace")
-    now = clock.now()
-    if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
-        return wake
-    raise _approval_refusal(wake, now)
+    return _still_waiting(wake)
 
 
 def resolve(token: str, answer: Any, actor: Any) -> Wake:

@@ -1,10 +1,13 @@
 """The approval page: a logged-in human reads the prompt and answers it.
 
-The link sent to the approver holds the one-time token: ``approve/<token>/``. That view only
-stores the token's hash in the session and redirects to the token-free ``approve/answer/``, the way
-Django's ``PasswordResetConfirmView`` keeps its token out of the page's URL. From there on the token
-is not in the address bar, the login page's ``?next=``, a Referer, a logged path or the web server's
-access log; the session (stored server-side, e.g. in the database) holds only the hash.
+The link sent to the approver holds the one-time token: ``approve/<token>/``. When the token opens
+an approval still waiting for its answer, that view only stores the token's hash in the session and
+redirects to the token-free ``approve/answer/``, the way Django's ``PasswordResetConfirmView`` keeps
+its token out of the page's URL. From there on the token is not in the address bar, the login page's
+``?next=``, a Referer, a logged path or the web server's access log; the session (stored server-side,
+e.g. in the database) holds only the hash. Any other token (unknown, expired, answered, cancelled)
+writes no session: the link redirects to the token-free refusal page ``approve/refused/<reason>/``, so
+a stranger requesting made-up links cannot grow the session table.
 
 ``approve/answer/`` (login required) shows the prompt on GET and answers it on POST through
 :func:`django_wakes.engine.resolve_hashed`, under ordinary ``csrf_protect``. Both views are
@@ -69,18 +72,37 @@ STALE = (
 )
 
 
+#: The refusals a link gives by itself, before anyone logs in, by the name their page has in its URL.
+LINK_REFUSALS: dict[str, type[ApprovalError]] = {
+    "not-found": ApprovalNotFound,
+    "answered": ApprovalAlreadyResolved,
+    "expired": ApprovalExpired,
+}
+
+
 @require_safe
 @never_cache
 def approve(request: HttpRequest, token: str) -> HttpResponseBase:
     """Keep the link's token as its hash in the session and redirect to the token-free answer page.
 
-    This view always redirects, whoever asks and whatever the token: the answer page checks the
-    approval and refuses it there (404/403/409/410). A refusal here would be a 4xx response, and
-    Django's request logger writes the path of every 4xx response, token included, to the logs.
-    Nothing is rendered at this URL, so nothing here can leak the token through a Referer.
+    Only a token that opens an approval still waiting for its answer (:func:`engine.waiting_approval
+    <django_wakes.engine.waiting_approval>`) is kept: any other redirects to the refusal page
+    :func:`refused` with nothing written, so no session row or cookie is made for it. Who may answer
+    is checked on the answer page, once the visitor is logged in (403 there).
+
+    This view always redirects, whoever asks and whatever the token: a refusal here would be a 4xx
+    response, and Django's request logger writes the path of every 4xx response, token included, to
+    the logs. Nothing is rendered at this URL, so nothing here can leak the token through a Referer.
     """
-    request.session[SESSION_KEY] = engine.hash_token(token)
-    response = redirect("django_wakes:answer")
+    token_hash = engine.hash_token(token)
+    try:
+        engine.waiting_approval(token_hash)
+    except ApprovalError as exc:
+        reason = next(name for name, kind in LINK_REFUSALS.items() if isinstance(exc, kind))
+        response = redirect("django_wakes:refused", reason=reason)
+    else:
+        request.session[SESSION_KEY] = token_hash
+        response = redirect("django_wakes:answer")
     response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
@@ -162,3 +184,16 @@ def answer(request: HttpRequest) -> HttpResponseBase:
         answer["approved"],
     )
     return render(request, "django_wakes/approve_done.html", {"wake": wake, "answer": answer})
+
+
+@require_safe
+@_same_origin
+@never_cache
+def refused(request: HttpRequest, reason: str) -> HttpResponseBase:
+    """The page a link to no waiting approval redirects to: 404, 409 or 410, as the answer page would say it.
+
+    It needs no login and touches no session; it shows the refusal its URL names (an unknown reason
+    is 404), nothing of any approval.
+    """
+    kind = LINK_REFUSALS.get(reason, ApprovalNotFound)
+    return _refusal(request, *REFUSALS[kind])
