@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import pprint
 from datetime import timedelta
 
 import pytest
@@ -260,3 +262,30 @@ def test_two_resolves_only_one_wins_the_cas(clock, sinks, authorize, settings):
         django_wakes.resolve(req.token, "bob-answer", "bob")
     assert outcomes == [req.wake.pk]
     assert row(req.wake).result == {"trigger": "on_approval", "answer": "alice-answer", "resolved_by": "alice"}
+
+
+def test_an_approval_request_shows_its_wake_never_its_token(sinks, caplog):
+    """``logger.info("%r", req)``, an f-string, a debug page's locals: the token appears in none of them."""
+    sinks(KIND)
+    req = request()
+    shown = [repr(req), str(req), f"{req!r}", f"{req}", repr([req]), pprint.pformat({"req": req})]
+    for text in shown:
+        assert req.token not in text and req.token[:12] not in text, text
+        assert f"wake {req.wake.pk}" in text and "token=<hidden>" in text, text
+    caplog.set_level(logging.DEBUG, logger="django_wakes")
+    logging.getLogger("django_wakes").info("approval requested %r (%s)", req, req)
+    assert caplog.records and req.token not in caplog.text and req.token not in caplog.records[-1].getMessage()
+    assert engine.hash_token(req.token) == row(req.wake).token_hash  # .token is still the token to send
+    assert django_wakes.ApprovalRequest(wake=req.wake, token=req.token) == req  # and the request still a value
+
+
+def test_a_claim_shows_its_wake_never_its_claim_token(clock, sinks):
+    """The claim token, the compare-and-swap identity the console never shows, stays out of a claim's repr too."""
+    sinks(KIND)
+    wake = django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1s")
+    clock.advance("2s")
+    (claim,) = engine.claim_batch(runner_id="runner-a")
+    assert claim.token and claim.token == row(wake).claim_token
+    assert claim.token not in repr(claim) and claim.token not in str(claim)
+    assert f"wake {wake.pk}" in repr(claim)
+    engine.release(claim)

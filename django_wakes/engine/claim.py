@@ -41,7 +41,8 @@ class Claim:
     """A wake this runner holds a lease on, with the result it must hand to the sink."""
 
     wake: Wake
-    token: str
+    #: The claim token every settle and renewal is conditioned on; left out of ``repr()``, as the console hides it.
+    token: str = field(repr=False)
     runner_id: str
     started_at: datetime
     expired: bool

@@ -35,10 +35,18 @@ KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """What :func:`request_approval` returns: the wake and the one-time token (shown only here)."""
+    """What :func:`request_approval` returns: the wake and the one-time token (shown only here).
+
+    ``repr()`` and ``str()`` hide the token (``token=<hidden>``): a request logged with ``%r``, put
+    in an f-string or shown among a traceback's locals names its wake, never the token. Read
+    ``.token`` to build the link you send.
+    """
 
     wake: Wake
     token: str
+
+    def __repr__(self) -> str:  # kept by @dataclass, which writes no __repr__ over one the class defines
+        return f"{type(self).__name__}(wake={self.wake!r}, token=<hidden>)"
 
 
 def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> datetime | None:
