@@ -8,7 +8,7 @@ Defaults (every key optional)::
         "MAX_ATTEMPTS": 5,        # default max_attempts of a new wake; then it goes `dead`
         "BACKOFF": {"BASE": "10s", "FACTOR": 2.0, "MAX": "1h"},   # retry delay after a failure
         "INTENT_MAX_BYTES": 65536,   # JSON size limit for intent, payload and answer
-        "SPAWN_TURN": None,       # dotted path of fn(session_id, result) behind kind "session_turn"
+        "SPAWN_TURN": None,       # dotted path of fn(session_id, result[, *, workspace_id]): kind "session_turn"
         "AUTHORIZE": None,        # dotted path of fn(actor, workspace_id) -> bool for resolve()
         "SINKS": {},              # kind -> dotted path of fn(wake, result), registered at start-up
         "ONCE_WAIT": "30s",       # how long once() waits for a concurrent caller before OnceInProgress
@@ -23,7 +23,7 @@ Defaults (every key optional)::
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
         "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.agents.tools):
                                   # see BUDGET_DEFAULTS; a limit set to None is off
-        "SESSION_BUSY": None,     # dotted path of fn(session_id) -> bool: a busy session's turn waits
+        "SESSION_BUSY": None,     # dotted path of fn(session_id[, *, workspace_id]) -> bool: a busy turn waits
         "BUSY_RETRY": "2s",       # how soon a session_turn wake deferred for a busy session is looked at again
         "WEBHOOKS": {},           # source -> {"SECRETS": [...], "SCHEME": "wakes", "WORKSPACE": None, "MAP": None,
                                   # "MAX_BYTES": 262144}: the signed event webhook events/<source>/ for our own,
@@ -42,6 +42,7 @@ Defaults (every key optional)::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -96,6 +97,29 @@ def _hook(value: Any) -> Callable[..., Any] | None:
         return value  # type: ignore[no-any-return]  # a settings value: None or a callable
     hook: Callable[..., Any] = import_string(value)
     return hook
+
+
+def takes_workspace(hook: Callable[..., Any]) -> bool:
+    """Whether a session hook can be told the workspace: it has a ``workspace_id`` parameter or ``**kwargs``.
+
+    ``SPAWN_TURN`` and ``SESSION_BUSY`` are called with ``workspace_id=`` when they take it, so a
+    multi-tenant host knows whose session ``s`` it is; a hook written for one workspace keeps its
+    ``(session_id, ...)`` signature and is called as before.
+    """
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: call it as before
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD or (p.name == "workspace_id" and p.kind is not p.POSITIONAL_ONLY) for p in parameters
+    )
+
+
+def call_session_hook(hook: Callable[..., Any], *args: Any, workspace_id: str) -> Any:
+    """Call ``hook(*args)``, adding ``workspace_id=`` when it takes it (:func:`takes_workspace`)."""
+    if takes_workspace(hook):
+        return hook(*args, workspace_id=workspace_id)
+    return hook(*args)
 
 
 class WakesSettings:

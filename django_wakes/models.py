@@ -321,8 +321,9 @@ class ReceiptState(models.TextChoices):
 
 
 class Receipt(models.Model):
-    """The ``once()`` ledger: one row per (session, key) whose effect ran or is running."""
+    """The ``once()`` ledger: one row per (workspace, session, key) whose effect ran or is running."""
 
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH, blank=True, default="")
     session_id = models.CharField(_("session"), max_length=KEY_LENGTH)
     key = models.CharField(_("key"), max_length=KEY_LENGTH)
     state = models.CharField(
@@ -337,10 +338,12 @@ class Receipt(models.Model):
     class Meta:
         verbose_name = _("once receipt")
         verbose_name_plural = _("once receipts")
-        constraints = [models.UniqueConstraint(fields=["session_id", "key"], name="receipt_once_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace_id", "session_id", "key"], name="receipt_once_session_uniq")
+        ]
 
     def __str__(self) -> str:
-        return f"receipt {self.session_id}/{self.key} ({self.state})"
+        return f"receipt {self.workspace_id}/{self.session_id}/{self.key} ({self.state})"
 
 
 class WatchedKey(models.Model):
@@ -410,11 +413,13 @@ class EventKeyLock(models.Model):
 class SessionControl(models.Model):
     """Per-session state the engine keeps: whether it is stopped, and when an agent last made a wake.
 
-    Its row is also the lock that serialises budgeted creates of one session across processes.
+    A session is ``(workspace_id, session_id)``: tenants may use the same session ids, and one's
+    stop, budget or cooldown never touches the other's. The row is also the lock that serialises
+    budgeted creates of one session across processes.
     """
 
-    session_id = models.CharField(_("session"), max_length=KEY_LENGTH, unique=True)
-    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH, blank=True, default="")
+    workspace_id = models.CharField(_("workspace"), max_length=KEY_LENGTH)
+    session_id = models.CharField(_("session"), max_length=KEY_LENGTH)
     stopped_at = InstantField(_("stopped"), null=True, blank=True)
     stop_reason = models.TextField(_("stop reason"), blank=True, default="")
     last_agent_wake_at = InstantField(_("last agent wake"), null=True, blank=True)
@@ -423,10 +428,11 @@ class SessionControl(models.Model):
     class Meta:
         verbose_name = _("session")
         verbose_name_plural = _("sessions")
+        constraints = [models.UniqueConstraint(fields=["workspace_id", "session_id"], name="sessioncontrol_uniq")]
         indexes = [models.Index(fields=["stopped_at"], name="sessioncontrol_stopped_idx")]
 
     def __str__(self) -> str:
-        return f"session {self.session_id}" + (" (stopped)" if self.stopped_at else "")
+        return f"session {self.workspace_id}/{self.session_id}" + (" (stopped)" if self.stopped_at else "")
 
 
 class WorkspaceLock(models.Model):

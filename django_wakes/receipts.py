@@ -112,8 +112,13 @@ def once(
     *,
     on_interrupted: Literal["raise", "retry"] = "raise",
     wait: float | None = None,
+    workspace_id: str = "",
 ) -> Any:
-    """Run ``fn()`` at most once ever for ``(session_id, key)`` and return its (JSON) result.
+    """Run ``fn()`` at most once ever for ``(workspace_id, session_id, key)`` and return its (JSON) result.
+
+    Pass ``workspace_id`` (a wake's own) where tenants may share session ids: receipts are kept per
+    workspace, so one tenant's receipt never answers another's call. Without it, receipts are
+    the host's one workspace ``""``.
 
     The receipt is committed *before* ``fn`` runs, so a crash inside ``fn`` is remembered:
     a later call raises :class:`OnceInterrupted` (the effect may or may not have happened) unless
@@ -130,6 +135,7 @@ def once(
     """
     session_id = validation.key(session_id, name="once(): session_id")
     key = validation.key(key, name="once(): key")
+    workspace = validation.key(workspace_id, name="once(): workspace_id") if workspace_id != "" else ""
     using = _using()
     if connections[using].in_atomic_block:
         raise InvalidWake("once() must not run inside a transaction: its receipt has to commit before fn runs")
@@ -141,7 +147,10 @@ def once(
     while True:
         asked = time.monotonic()
         taken = _retrying(
-            label, lambda: _take(session_id, key, owner, on_interrupted, using), until=deadline, using=using
+            label,
+            lambda: _take((workspace, session_id, key), owner, on_interrupted, using),
+            until=deadline,
+            using=using,
         )
         if isinstance(taken, Receipt):
             return _run(taken, fn, using, confirmed=asked)
@@ -167,14 +176,16 @@ _AGAIN = _Replay(None)  # the receipt changed hands under us: try at once
 
 
 def _take(
-    session_id: str, key: str, owner: str, on_interrupted: Literal["raise", "retry"], using: str
+    receipt: tuple[str, str, str], owner: str, on_interrupted: Literal["raise", "retry"], using: str
 ) -> Receipt | _Replay:
-    """One try at the receipt: ours to run (a :class:`Receipt`), done (a :class:`_Replay`), :data:`_BUSY`
-    (running elsewhere) or :data:`_AGAIN` (it changed hands under us)."""
+    """One try at the ``(workspace, session, key)`` receipt: ours to run (a :class:`Receipt`), done (a
+    :class:`_Replay`), :data:`_BUSY` (running elsewhere) or :data:`_AGAIN` (it changed hands under us)."""
+    workspace, session_id, key = receipt
     now = clock.now()
     try:
         with transaction.atomic(using=using):
             return Receipt.objects.using(using).create(
+                workspace_id=workspace,
                 session_id=session_id,
                 key=key,
                 state=ReceiptState.RUNNING,
@@ -184,7 +195,7 @@ def _take(
             )
     except IntegrityError:
         pass
-    existing = Receipt.objects.using(using).filter(session_id=session_id, key=key).first()
+    existing = Receipt.objects.using(using).filter(workspace_id=workspace, session_id=session_id, key=key).first()
     if existing is None:
         return _AGAIN  # released between our INSERT and our read: try to win it again
     if existing.state == ReceiptState.DONE:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.utils.module_loading import import_string
 
-from .conf import wakes_settings
+from .conf import call_session_hook, wakes_settings
 from .exceptions import AlreadyRegistered, NotRegistered
 
 if TYPE_CHECKING:
@@ -166,11 +166,14 @@ class SinkRegistry:
 
 
 def _session_turn(wake: Wake, result: dict[str, Any]) -> Any:
-    """Hand the result to the host's turn spawner: ``SPAWN_TURN(session_id, result)``."""
+    """Hand the result to the host's turn spawner: ``SPAWN_TURN(session_id, result, workspace_id=...)``.
+
+    ``workspace_id`` is passed when the hook takes it (:func:`~django_wakes.conf.call_session_hook`).
+    """
     spawn = wakes_settings.spawn_turn
     if spawn is None:  # pragma: no cover - get() only returns this sink when configured
         raise RuntimeError("WAKES['SPAWN_TURN'] is not configured")
-    return spawn(wake.session_id, result)
+    return call_session_hook(spawn, wake.session_id, result, workspace_id=wake.workspace_id)
 
 
 registry = SinkRegistry()

@@ -10,13 +10,14 @@ from django_wakes import sink
 logger = logging.getLogger("testproject")
 
 
-def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
+def spawn_turn(session_id: str, result: dict[str, Any], *, workspace_id: str) -> None:
     """Stand-in for an agent host: print the turn a real host would start (with a tool-made wake's note)."""
     from django_wakes.agents.tools import turn_context
 
-    context = turn_context(session_id, result)
+    context = turn_context(session_id, result, workspace_id=workspace_id)
     note = (context["wake"] or {}).get("note")
-    print(f"  -> session {session_id} resumes with {result}" + (f", note: {note!r}" if note else ""), flush=True)
+    said = f"  -> session {workspace_id}/{session_id} resumes with {result}" + (f", note: {note!r}" if note else "")
+    print(said, flush=True)
 
 
 def authorize(actor: Any, workspace_id: str) -> bool:

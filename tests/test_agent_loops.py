@@ -91,8 +91,8 @@ def test_the_anthropic_messages_loop(clock, settings):
     )
     conversations = {SESSION: [{"role": "user", "content": "Watch PR 42 for me"}]}
 
-    def resume_session(session_id: str, result: dict[str, Any]) -> None:  # WAKES["SPAWN_TURN"], as the doc shows
-        context = tools.turn_context(session_id, result)
+    def resume_session(session_id: str, result: dict[str, Any], *, workspace_id: str) -> None:  # as the doc shows
+        context = tools.turn_context(session_id, result, workspace_id=workspace_id)
         conversations[session_id].append({"role": "user", "content": "[wake] " + json.dumps(context)})
         loop["claude_turn"](client, conversations[session_id], workspace_id=WS, session_id=session_id)
 

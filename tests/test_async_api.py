@@ -99,12 +99,12 @@ def script(post: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         "host": {"tokens": []},
     }
     assert post({"op": "cancel", "kwargs": {"wake_id": seen["plain"]}})["result"] is True
-    assert post({"op": "nudge_session", "kwargs": {"session_id": SESSION}})["result"] == 0
-    stopped = post({"op": "stop_session", "kwargs": {"session_id": SESSION, "reason": "done"}})
+    assert post({"op": "nudge_session", "kwargs": {"session_id": SESSION, "workspace_id": WS}})["result"] == 0
+    stopped = post({"op": "stop_session", "kwargs": {"session_id": SESSION, "reason": "done", "workspace_id": WS}})
     assert stopped["result"] == 3  # the follow-up, the answered approval, the watch (the plain one is cancelled)
     late = post({"op": "dispatch", "kwargs": {**followup, "workspace_id": WS, "session_id": SESSION}})
     assert late["result"]["error"]["code"] == "session_stopped"
-    assert post({"op": "resume_session", "kwargs": {"session_id": SESSION}})["result"] is True
+    assert post({"op": "resume_session", "kwargs": {"session_id": SESSION, "workspace_id": WS}})["result"] is True
     return seen
 
 

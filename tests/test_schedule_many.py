@@ -95,7 +95,7 @@ def test_coalescing_items_keep_one_pending_wake_per_lane(clock, sinks):
 
 def test_a_stopped_session_refuses_the_whole_call(clock, sinks):
     sinks(KIND)
-    django_wakes.stop_session("s-stopped", reason="test")
+    django_wakes.stop_session("s-stopped", reason="test", workspace_id=WS)
     with pytest.raises(SessionStopped):
         django_wakes.schedule_many(
             [{"delay": "1s"}, {"delay": "1s", "session_id": "s-stopped"}], workspace_id=WS, kind=KIND

@@ -34,7 +34,7 @@ def agent_wake(session: str = "s1", **kwargs: Any) -> Wake:
 def test_stop_session_supersedes_its_pending_wakes_and_refuses_new_ones(clock, calls):
     mine = [django_wakes.schedule(workspace_id=WS, session_id="s1", kind=KIND, delay="1m") for _ in range(3)]
     other = django_wakes.schedule(workspace_id=WS, session_id="s2", kind=KIND, delay="1m")
-    assert django_wakes.stop_session("s1", reason="user hit stop") == 3
+    assert django_wakes.stop_session("s1", reason="user hit stop", workspace_id=WS) == 3
     for wake in mine:
         row = Wake.objects.get(pk=wake.pk)
         assert row.state == State.SUPERSEDED and "user hit stop" in row.last_error and row.settled_at == clock.now()
@@ -44,15 +44,16 @@ def test_stop_session_supersedes_its_pending_wakes_and_refuses_new_ones(clock, c
     with pytest.raises(SessionStopped):
         django_wakes.watch(workspace_id=WS, session_id="s1", kind=KIND, event_key="e")
     assert Wake.objects.filter(session_id="s1").count() == 3
-    assert django_wakes.resume_session("s1") is True
+    assert django_wakes.resume_session("s1", workspace_id=WS) is True
     assert django_wakes.schedule(workspace_id=WS, session_id="s1", kind=KIND, delay="1m").state == State.PENDING
-    assert django_wakes.resume_session("s1") is False
+    assert django_wakes.resume_session("s1", workspace_id=WS) is False
 
 
 def test_a_wake_claimed_before_the_stop_is_superseded_without_its_sink_running(clock, calls):
     wake = django_wakes.schedule(workspace_id=WS, session_id="s1", kind=KIND, delay="0s")
     (claim,) = engine.claim_batch(runner_id="A")
-    django_wakes.stop_session("s1", reason="stop")  # the claimed wake is firing, not pending: not touched here
+    # the claimed wake is firing, not pending: not touched here
+    django_wakes.stop_session("s1", reason="stop", workspace_id=WS)
     assert Wake.objects.get(pk=wake.pk).state == State.FIRING
     outcome = engine.fire(claim)
     assert outcome.outcome == "superseded" and calls == []
@@ -65,7 +66,7 @@ def test_a_stopped_sessions_chain_books_no_successor(clock, calls):
     clock.set(chain.fire_at)
     (claim,) = engine.claim_batch(runner_id="A")
     ran = engine.run_sink(claim)  # the sink runs; the stop comes while it is firing
-    django_wakes.stop_session("s1")
+    django_wakes.stop_session("s1", workspace_id=WS)
     engine.settle_successes([ran])
     assert list(Wake.objects.filter(chain_id=chain.chain_id).values_list("state", flat=True)) == [State.FIRED]
     assert len(calls) == 1
@@ -74,7 +75,7 @@ def test_a_stopped_sessions_chain_books_no_successor(clock, calls):
 def test_stopped_sessions_show_in_the_admin(admin_client, calls):
     from django.urls import reverse
 
-    django_wakes.stop_session("s-admin", reason="runaway")
+    django_wakes.stop_session("s-admin", reason="runaway", workspace_id=WS)
     page = admin_client.get(reverse("admin:django_wakes_sessioncontrol_changelist"))
     assert page.status_code == 200 and "s-admin" in page.content.decode() and "runaway" in page.content.decode()
     superseded = admin_client.get(reverse("admin:django_wakes_wake_changelist"), {"state__exact": "superseded"})
@@ -119,7 +120,7 @@ def test_the_cooldown_spaces_an_agents_wakes(clock, calls, settings):
     assert refused.value.limit == "session_cooldown"
     clock.advance("30s")
     agent_wake()
-    assert SessionControl.objects.get(session_id="s1").last_agent_wake_at == clock.now()
+    assert SessionControl.objects.get(workspace_id=WS, session_id="s1").last_agent_wake_at == clock.now()
 
 
 def test_an_idempotent_replay_is_not_refused_by_the_budget(clock, calls, settings):
@@ -154,14 +155,14 @@ def test_a_busy_sessions_turn_waits_without_an_attempt_and_a_nudge_brings_it_bac
     busy = {"s1": True}
     settings.WAKES = {**settings.WAKES, "SESSION_BUSY": lambda session_id: busy.get(session_id, False)}
     wake = django_wakes.schedule(workspace_id=WS, session_id="s1", delay="0s")
-    assert wake.serial_key == "session:s1"  # a session's turns share a lane
+    assert wake.serial_key == f"session:{WS}:s1"  # a session's turns share a lane
     report = django_wakes.run_due()
     assert report.deferred == 1 and spawned == []
     row = Wake.objects.get(pk=wake.pk)
     assert row.state == State.PENDING and row.attempts == 0 and row.due_at == clock.now() + timedelta(seconds=2)
     assert WakeAttempt.objects.get(wake=wake).error == "session busy"
     busy["s1"] = False
-    assert django_wakes.nudge_session("s1") == 1  # the host's "turn finished"
+    assert django_wakes.nudge_session("s1", workspace_id=WS) == 1  # the host's "turn finished"
     assert django_wakes.run_due().fired == 1
     assert [s for s, _ in spawned] == ["s1"]
 
@@ -171,7 +172,7 @@ def test_one_session_never_runs_two_turns_in_one_pass(clock, spawned):
     django_wakes.schedule(workspace_id=WS, session_id="s1", delay="0s")
     django_wakes.schedule(workspace_id=WS, session_id="s1", delay="0s", serial_key="own-lane")
     claims = engine.claim_batch(runner_id="A")
-    assert sorted(c.wake.serial_key for c in claims) == ["own-lane", "session:s1"]
+    assert sorted(c.wake.serial_key for c in claims) == ["own-lane", f"session:{WS}:s1"]
 
 
 # -- durable scratch ------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_a_stop_after_the_claim_supersedes_the_unstarted_wake_in_a_real_runner(p
     blocked = started[0]["id"]
     waiting = second.pk if blocked == first.pk else first.pk
     assert Wake.objects.get(pk=waiting).state == State.FIRING, "both were claimed in one batch"
-    assert django_wakes.stop_session("s-stop", reason="stop") == 0  # nothing pending: both are claimed
+    assert django_wakes.stop_session("s-stop", reason="stop", workspace_id=WS) == 0  # nothing pending: both are claimed
     (procs.probe_dir / "release").touch()
     wait_for(
         lambda: Wake.objects.get(pk=waiting).state == State.SUPERSEDED or procs.alive(runner),

@@ -660,11 +660,11 @@ def test_a_followup_fired_by_run_due_reaches_the_session(clock, spawned):
 
 @pytest.fixture
 def turns(settings: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Point ``SPAWN_TURN`` at a hook that records ``(session_id, turn_context(session_id, result))``."""
+    """Point ``SPAWN_TURN`` at a hook that records ``(session_id, turn_context(session_id, result, ...))``."""
     recorded: list[tuple[str, dict[str, Any]]] = []
 
-    def spawn_turn(session_id: str, result: dict[str, Any]) -> None:
-        recorded.append((session_id, tools.turn_context(session_id, result)))
+    def spawn_turn(session_id: str, result: dict[str, Any], *, workspace_id: str) -> None:
+        recorded.append((session_id, tools.turn_context(session_id, result, workspace_id=workspace_id)))
 
     settings.WAKES = {**settings.WAKES, "SPAWN_TURN": spawn_turn}
     return recorded
@@ -675,7 +675,8 @@ def test_spawn_turn_learns_the_note_through_turn_context(clock, turns):
     clock.advance("3d")
     assert django_wakes.run_due().fired == 1
     assert turns == [(SESSION, {"wake": {**created, "state": "firing"}, "result": {"trigger": "at"}})]
-    assert tools.turn_context(SESSION, {"trigger": "at"}) == {"wake": None, "result": {"trigger": "at"}}
+    outside_a_turn = tools.turn_context(SESSION, {"trigger": "at"}, workspace_id=WS)
+    assert outside_a_turn == {"wake": None, "result": {"trigger": "at"}}
 
 
 def test_followups_due_at_one_instant_each_bring_their_own_note(clock, turns):

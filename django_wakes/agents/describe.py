@@ -67,11 +67,11 @@ def describe_wake(wake: Wake) -> dict[str, Any]:
     return summary
 
 
-def firing_turn_wake(session_id: str) -> Wake | None:
-    """Return the ``session_turn`` wake of ``session_id`` that is firing now, if exactly one is.
+def firing_turn_wake(session_id: str, *, workspace_id: str) -> Wake | None:
+    """Return the ``session_turn`` wake of the workspace's session that is firing now, if exactly one is.
 
-    Call it from the ``SPAWN_TURN`` hook (which is handed only the session and the trigger's result)
-    to learn which wake it runs for. Inside the hook this is the wake being fired (the engine keeps
+    Call it from the ``SPAWN_TURN`` hook (handed the session, the trigger's result and, when it takes
+    it, the workspace) to learn which wake it runs for. Inside the hook this is the wake being fired (the engine keeps
     it in a context variable); elsewhere, a session's turns share a lane by default, so at most one of
     them fires at a time; ``None`` when none is firing, or when several are (wakes given a lane of
     their own by their creator).
@@ -81,23 +81,27 @@ def firing_turn_wake(session_id: str) -> Wake | None:
     from ..models import State, Wake
 
     current = firing_wake.get()
-    if current is not None and current.session_id == session_id and current.kind == SESSION_TURN:
+    if (
+        current is not None
+        and (current.workspace_id, current.session_id) == (workspace_id, session_id)
+        and current.kind == SESSION_TURN
+    ):
         return current
 
     rows = list(
         Wake.objects.using(db_alias())
-        .filter(session_id=session_id, kind=SESSION_TURN, state=State.FIRING)
+        .filter(workspace_id=workspace_id, session_id=session_id, kind=SESSION_TURN, state=State.FIRING)
         .order_by("-claimed_at")[:2]
     )
     return rows[0] if len(rows) == 1 else None
 
 
-def turn_context(session_id: str, result: Mapping[str, Any]) -> dict[str, Any]:
-    """Return what to tell the model in the turn ``SPAWN_TURN(session_id, result)`` starts.
+def turn_context(session_id: str, result: Mapping[str, Any], *, workspace_id: str) -> dict[str, Any]:
+    """Return what to tell the model in the turn ``SPAWN_TURN(session_id, result, workspace_id=...)`` starts.
 
     ``{"wake": <describe_wake of the firing wake, with its note> or None, "result": result}``:
     ``result`` is what the trigger delivered (``{"trigger": "at"}``, an event's ``payload``, an
     approval's ``answer``, or ``"expired": true``).
     """
-    wake = firing_turn_wake(session_id)
+    wake = firing_turn_wake(session_id, workspace_id=workspace_id)
     return {"wake": describe_wake(wake) if wake is not None else None, "result": dict(result)}

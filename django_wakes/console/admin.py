@@ -825,26 +825,26 @@ class RetainedEventAdmin(ReadOnlyAdmin):
 class SessionControlAdmin(ReadOnlyAdmin):
     """Sessions the engine keeps state for: stopped ones (``stop_session``) and agent budgets' last use."""
 
-    list_display = ("session_id", "workspace_id", "stopped_at", "stop_reason", "last_agent_wake_at")
+    list_display = ("workspace_id", "session_id", "stopped_at", "stop_reason", "last_agent_wake_at")
     list_filter = (("stopped_at", admin.EmptyFieldListFilter),)
     search_fields = ("session_id__startswith", "workspace_id__startswith")
     search_help_text = _("Session or workspace, by prefix.")
     ordering = ("-updated_at",)
     show_full_result_count = False
-    fields = ("session_id", "workspace_id", "stopped_at", "stop_reason", "last_agent_wake_at", "updated_at")
+    fields = ("workspace_id", "session_id", "stopped_at", "stop_reason", "last_agent_wake_at", "updated_at")
     readonly_fields = fields
 
 
 @admin.register(Receipt)
 class ReceiptAdmin(ReadOnlyAdmin):
-    list_display = ("id", "session_id", "key", "state", "created_at", "completed_at", "lease_until")
+    list_display = ("id", "workspace_id", "session_id", "key", "state", "created_at", "completed_at", "lease_until")
     list_filter = ("state",)
-    search_fields = ("session_id__exact", "key__exact")
-    search_help_text = _("Exact session or key.")
+    search_fields = ("workspace_id__exact", "session_id__exact", "key__exact")
+    search_help_text = _("Exact workspace, session or key.")
     ordering = ("-id",)
     show_full_result_count = False
     # owner (the fence token of the caller running fn) is deliberately absent.
-    fields = ("session_id", "key", "state", "result_json", "created_at", "lease_until", "completed_at")
+    fields = ("workspace_id", "session_id", "key", "state", "result_json", "created_at", "lease_until", "completed_at")
     readonly_fields = fields
 
     @admin.display(description=_("result"))

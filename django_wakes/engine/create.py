@@ -6,7 +6,9 @@ coalescing slot, a chain's slot key) all end at a unique index: concurrent creat
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -85,13 +87,14 @@ def _common(
     queue_name: Any = DEFAULT_QUEUE,
 ) -> dict[str, Any]:
     """The validated fields every kind of wake has (``max_attempts`` only when given)."""
+    workspace = key(workspace_id, name="workspace_id")
     session = key(session_id, name="session_id", required=False)
     checked_kind = _check_kind(kind, session)
     lane = key(serial_key, name="serial_key", required=False)
     if lane is None and checked_kind == SESSION_TURN and session is not None:
-        lane = session_lane(session)  # one session never runs two turns at once, even across runners
+        lane = session_lane(session, workspace_id=workspace)  # one session never runs two turns at once
     fields = {
-        "workspace_id": key(workspace_id, name="workspace_id"),
+        "workspace_id": workspace,
         "session_id": session,
         "kind": checked_kind,
         "serial_key": lane,
@@ -105,9 +108,17 @@ def _common(
     return fields
 
 
-def session_lane(session_id: str) -> str:
-    """The lane a session's turns share unless the caller names another."""
-    return f"session:{session_id}"[:KEY_LENGTH]
+def session_lane(session_id: str, *, workspace_id: str) -> str:
+    """The lane a session's turns share unless the caller names another: ``session:<workspace>:<session>``.
+
+    Lanes are global, so the workspace is part of the name (two tenants' session ``s`` never wait for
+    each other's turns). When the workspace holds a colon (where the name would be ambiguous) or the
+    name is too long for a key, it is ``session:<SHA-256 of both>``, so two sessions never share a lane.
+    """
+    lane = f"session:{workspace_id}:{session_id}"
+    if ":" in workspace_id or len(lane) > KEY_LENGTH:
+        lane = "session:" + hashlib.sha256(json.dumps([workspace_id, session_id]).encode()).hexdigest()
+    return lane
 
 
 def create_wake(
@@ -174,7 +185,7 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
             if budget:
                 sessions.enforce_budget(using, fields, now)
             else:
-                sessions.refuse_if_stopped(fields.get("session_id"))
+                sessions.refuse_if_stopped(fields.get("session_id"), workspace_id=fields["workspace_id"])
             wake = Wake(
                 **{"max_attempts": wakes_settings.max_attempts, **fields},
                 coalesce_key=slot,
@@ -497,8 +508,8 @@ def _insert_many(
         for start in range(0, len(idems), BULK_CHUNK):
             for wake in manager.filter(workspace_id=workspace, idempotency_key__in=idems[start : start + BULK_CHUNK]):
                 existing[(wake.workspace_id, wake.idempotency_key)] = wake
-    for session in {f["session_id"] for f, _c, _b in planned if f.get("session_id") is not None}:
-        sessions.refuse_if_stopped(session)
+    for workspace, session in {(f["workspace_id"], f["session_id"]) for f, _c, _b in planned if f.get("session_id")}:
+        sessions.refuse_if_stopped(session, workspace_id=workspace)
     fresh: list[tuple[int, Wake]] = []
     for position, (fields, coalesce, budget) in enumerate(planned):
         if coalesce or budget:
@@ -728,7 +739,7 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     """
     if not wake.is_recurring:
         return None
-    if sessions.is_stopped(wake.session_id):
+    if sessions.is_stopped(wake.session_id, workspace_id=wake.workspace_id):
         logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id, extra=about(wake))
         return None
     row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at", "paused_at").first()

@@ -1,5 +1,8 @@
 """Sessions: stop and resume them durably, nudge them when they go idle, and budget what agents create.
 
+A session is ``(workspace_id, session_id)``: tenants may pick the same session ids, so every call here
+names both, and one tenant's stop, budget, cooldown or nudge never reaches another's session.
+
 A stopped session's pending wakes are superseded in one statement; new wakes for it are refused; a
 wake of it that comes due anyway (claimed before the stop) is superseded when its sink would start;
 a firing one finishes, but its chain books no successor. Budgets (``WAKES["BUDGETS"]``) limit what
@@ -24,25 +27,29 @@ from ..validation import key
 from .shared import announce_due, db_alias, lock_or_create, logger
 
 
-def _lock_session(using: str, session_id: str, workspace_id: str, now: datetime) -> SessionControl:
+def _lock_session(using: str, workspace_id: str, session_id: str, now: datetime) -> SessionControl:
     rows = SessionControl.objects.using(using).all()
-    return lock_or_create(rows, {"session_id": session_id}, {"workspace_id": workspace_id, "updated_at": now})
+    return lock_or_create(rows, {"workspace_id": workspace_id, "session_id": session_id}, {"updated_at": now})
 
 
-def stop_session(session_id: str, reason: str = "") -> int:
+def _session(session_id: Any, workspace_id: Any) -> tuple[str, str]:
+    return key(workspace_id, name="workspace_id"), key(session_id, name="session_id")
+
+
+def stop_session(session_id: str, reason: str = "", *, workspace_id: str) -> int:
     """Stop a session durably: supersede its pending wakes; return how many were superseded."""
-    session = key(session_id, name="session_id")
+    workspace, session = _session(session_id, workspace_id)
     if not isinstance(reason, str) or len(reason) > 2000 or "\x00" in reason:
         raise SessionStopped("reason must be a string of at most 2,000 characters without NUL")
     now = clock.now()
     using = db_alias()
     with transaction.atomic(using=using):
-        control = _lock_session(using, session, "", now)
+        control = _lock_session(using, workspace, session, now)
         control.stopped_at, control.stop_reason, control.updated_at = now, reason, now
         control.save(using=using, update_fields=["stopped_at", "stop_reason", "updated_at"])
         superseded = (
             Wake.objects.using(using)
-            .filter(session_id=session, state=State.PENDING)
+            .filter(workspace_id=workspace, session_id=session, state=State.PENDING)
             .update(
                 state=State.SUPERSEDED,
                 last_error=f"session stopped: {reason}" if reason else "session stopped",
@@ -52,42 +59,57 @@ def stop_session(session_id: str, reason: str = "") -> int:
                 updated_at=now,
             )
         )
-    logger.info("session %s stopped (%s): %d pending wake(s) superseded", session, reason or "no reason", superseded)
+    logger.info(
+        "session %s/%s stopped (%s): %d pending wake(s) superseded",
+        workspace,
+        session,
+        reason or "no reason",
+        superseded,
+    )
     return superseded
 
 
-def resume_session(session_id: str) -> bool:
+def resume_session(session_id: str, *, workspace_id: str) -> bool:
     """Let a stopped session take new wakes again; return whether it was stopped."""
-    session = key(session_id, name="session_id")
+    workspace, session = _session(session_id, workspace_id)
     return bool(
         SessionControl.objects.using(db_alias())
-        .filter(session_id=session, stopped_at__isnull=False)
+        .filter(workspace_id=workspace, session_id=session, stopped_at__isnull=False)
         .update(stopped_at=None, stop_reason="", updated_at=clock.now())
     )
 
 
-def is_stopped(session_id: str | None) -> bool:
+def is_stopped(session_id: str | None, *, workspace_id: str) -> bool:
+    """Whether the workspace's session ``session_id`` is stopped (``False`` for no session)."""
     if session_id is None:
         return False
-    return SessionControl.objects.using(db_alias()).filter(session_id=session_id, stopped_at__isnull=False).exists()
+    rows = SessionControl.objects.using(db_alias())
+    return rows.filter(workspace_id=workspace_id, session_id=session_id, stopped_at__isnull=False).exists()
 
 
-def refuse_if_stopped(session_id: str | None) -> None:
-    if is_stopped(session_id):
+def refuse_if_stopped(session_id: str | None, *, workspace_id: str) -> None:
+    if is_stopped(session_id, workspace_id=workspace_id):
         raise SessionStopped(f"session {session_id!r} is stopped; resume_session() it first")
 
 
-def nudge_session(session_id: str) -> int:
+def nudge_session(session_id: str, *, workspace_id: str) -> int:
     """The host's "turn finished" signal: its session_turn wakes that waited for it become due now.
 
     Return how many. A runner's push path picks them up at once (on commit).
     """
-    session = key(session_id, name="session_id")
+    workspace, session = _session(session_id, workspace_id)
     now = clock.now()
     using = db_alias()
     nudged = (
         Wake.objects.using(using)
-        .filter(session_id=session, kind=SESSION_TURN, state=State.PENDING, fire_at__lte=now, due_at__gt=now)
+        .filter(
+            workspace_id=workspace,
+            session_id=session,
+            kind=SESSION_TURN,
+            state=State.PENDING,
+            fire_at__lte=now,
+            due_at__gt=now,
+        )
         .update(due_at=now, updated_at=now)
     )
     if nudged:
@@ -121,7 +143,7 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
         if latest is not None and fire_at - now > latest:
             raise BudgetExceeded("session_max_horizon", f"a wake must fire within {plain_duration(latest)} from now")
     if session is not None:
-        control = _lock_session(using, session, workspace, now)
+        control = _lock_session(using, workspace, session, now)
         if control.stopped_at is not None:
             raise SessionStopped(f"session {session!r} is stopped; resume_session() it first")
         cooldown = _duration_limit("SESSION_COOLDOWN")
@@ -130,7 +152,8 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
             raise BudgetExceeded("session_cooldown", f"this session made a wake less than {since} ago")
         cap = _limit("SESSION_MAX_LIVE")
         if cap is not None:
-            live = Wake.objects.using(using).filter(session_id=session, state__in=LIVE_STATES).count()
+            mine = Wake.objects.using(using).filter(workspace_id=workspace, session_id=session)
+            live = mine.filter(state__in=LIVE_STATES).count()
             if live >= cap:
                 raise BudgetExceeded("session_max_live", f"this session has {live} live wakes; at most {cap}")
     workspace_cap = _limit("WORKSPACE_MAX_LIVE")
@@ -145,4 +168,5 @@ def budget_spent(using: str, fields: dict[str, Any], now: datetime) -> None:
     """Note an agent-made wake for the session's cooldown (same transaction as its insert)."""
     session = fields.get("session_id")
     if session is not None:
-        SessionControl.objects.using(using).filter(session_id=session).update(last_agent_wake_at=now, updated_at=now)
+        mine = SessionControl.objects.using(using).filter(workspace_id=fields["workspace_id"], session_id=session)
+        mine.update(last_agent_wake_at=now, updated_at=now)

@@ -18,7 +18,7 @@ from django.db import connections, transaction
 from django.db.models import F
 
 from .. import clock, signals, tracing
-from ..conf import wakes_settings
+from ..conf import call_session_hook, wakes_settings
 from ..durations import parse_duration
 from ..exceptions import InvalidWake
 from ..logs import about
@@ -113,14 +113,16 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
         retry_rolled_back(f"handing back wake {wake.pk}", lambda: release(claim), tries=tries)
         return FireOutcome(Disposition.UNWAKEABLE, settled=True)
     stopped = wake.session_id is not None and retry_rolled_back(
-        f"checking session {wake.session_id}", lambda: sessions.is_stopped(wake.session_id), tries=tries
+        f"checking session {wake.session_id}",
+        lambda: sessions.is_stopped(wake.session_id, workspace_id=wake.workspace_id),
+        tries=tries,
     )
     if stopped:
         return retry_rolled_back(label, lambda: _settle_superseded(claim), tries=tries)
     busy = wakes_settings.session_busy if wake.kind == SESSION_TURN else None
     if busy is not None:
         try:
-            is_busy = busy(wake.session_id)
+            is_busy = call_session_hook(busy, wake.session_id, workspace_id=wake.workspace_id)
         except BaseException as exc:  # noqa: BLE001 - the host's hook failed: a failed attempt, like a sink's
             if interrupts.by_signal(exc):
                 raise

@@ -87,7 +87,12 @@ def status_snapshot() -> dict[str, Any]:
         },
         "next_due_at": next_due.isoformat() if next_due else None,
         "stopped_sessions": [
-            {"session_id": c.session_id, "stopped_at": c.stopped_at.isoformat(), "reason": c.stop_reason}
+            {
+                "workspace_id": c.workspace_id,
+                "session_id": c.session_id,
+                "stopped_at": c.stopped_at.isoformat(),
+                "reason": c.stop_reason,
+            }
             for c in SessionControl.objects.using(engine.db_alias())
             .filter(stopped_at__isnull=False)
             .order_by("-stopped_at")[:STOPPED_SHOWN]
@@ -271,7 +276,8 @@ class Command(BaseCommand):
         if snap["stopped_sessions"]:
             write(self.style.MIGRATE_HEADING(f"Stopped sessions ({len(snap['stopped_sessions'])} shown)"))
             for c in snap["stopped_sessions"]:
-                write(f"  {c['session_id']}  stopped {since(c['stopped_at'], now)}  {c['reason']}")
+                session = f"{c['workspace_id']}/{c['session_id']}"
+                write(f"  {session}  stopped {since(c['stopped_at'], now)}  {c['reason']}")
         write(self.style.MIGRATE_HEADING(f"Live runners ({len(snap['runners'])})"))
         for r in snap["runners"]:
             kinds = ", ".join(r["kinds"]) if r["kinds"] else "(not recorded)"

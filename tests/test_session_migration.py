@@ -1,0 +1,101 @@
+"""The migration that keys sessions by workspace keeps what was stopped stopped, in every workspace.
+
+Before it, a stopped session id was stopped in every workspace; after it, a session is
+``(workspace_id, session_id)``. The migration gives each workspace holding wakes of a stopped
+session id a stopped row of its own, so upgrading never restarts a session an operator stopped,
+and migrating back merges them again. The migration is found by what it does (it adds the
+``sessioncontrol_uniq`` constraint), so the test outlives a squash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.operations import AddConstraint
+
+import django_wakes
+from django_wakes.engine.sessions import is_stopped
+from django_wakes.models import SessionControl, State, Wake
+
+STOPPED_AT = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _parent(executor: MigrationExecutor, node: tuple[str, str]) -> tuple[str, str]:
+    (parent,) = (p.key for p in executor.loader.graph.node_map[node].parents if p.key[0] == "django_wakes")
+    return parent
+
+
+def _keying_migration(executor: MigrationExecutor) -> tuple[str, str]:
+    for node, migration in executor.loader.disk_migrations.items():
+        if node[0] == "django_wakes" and any(
+            isinstance(op, AddConstraint) and op.constraint.name == "sessioncontrol_uniq" for op in migration.operations
+        ):
+            return node
+    raise AssertionError("no migration adds sessioncontrol_uniq")
+
+
+@pytest.fixture
+def before_keying(transactional_db: None) -> Iterator[tuple[MigrationExecutor, tuple[str, str]]]:
+    """The database migrated back to just before the keying migration; migrated forward to the latest after."""
+    executor = MigrationExecutor(connection)
+    node = _keying_migration(executor)
+    executor.migrate([_parent(executor, node)])
+    try:
+        yield executor, node
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes("django_wakes"))
+
+
+def test_a_session_stopped_before_the_upgrade_stays_stopped_in_every_workspace_that_has_its_wakes(before_keying, sinks):
+    sinks("t.m")
+    executor, node = before_keying
+    old_state = executor.loader.project_state(_parent(executor, node))
+    OldSessionControl = old_state.apps.get_model("django_wakes", "SessionControl")
+    for workspace in ("tenant-a", "tenant-b"):
+        django_wakes.schedule(workspace_id=workspace, session_id="s", kind="t.m", delay="1h")
+    django_wakes.schedule(workspace_id="tenant-c", session_id="other", kind="t.m", delay="1h")
+    OldSessionControl.objects.create(
+        session_id="s", workspace_id="", stopped_at=STOPPED_AT, stop_reason="runaway", updated_at=STOPPED_AT
+    )
+    OldSessionControl.objects.create(session_id="idle", workspace_id="tenant-a", updated_at=STOPPED_AT)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([node])
+
+    rows = {(r.workspace_id, r.session_id): (r.stopped_at, r.stop_reason) for r in SessionControl.objects.all()}
+    assert rows == {
+        ("", "s"): (STOPPED_AT, "runaway"),
+        ("tenant-a", "s"): (STOPPED_AT, "runaway"),
+        ("tenant-b", "s"): (STOPPED_AT, "runaway"),
+        ("tenant-a", "idle"): (None, ""),
+    }
+    for workspace in ("tenant-a", "tenant-b"):
+        assert is_stopped("s", workspace_id=workspace)
+        with pytest.raises(django_wakes.SessionStopped):
+            django_wakes.schedule(workspace_id=workspace, session_id="s", kind="t.m", delay="1h")
+    django_wakes.schedule(workspace_id="tenant-c", session_id="s", kind="t.m", delay="1h")  # no wakes: not stopped
+
+
+def test_migrating_back_merges_a_session_ids_rows_into_one_stopped_row(before_keying, sinks):
+    sinks("t.m")
+    executor, node = before_keying
+    executor = MigrationExecutor(connection)
+    executor.migrate([node])
+    django_wakes.schedule(workspace_id="tenant-a", session_id="s", kind="t.m", delay="1h")
+    django_wakes.stop_session("s", reason="stop", workspace_id="tenant-b")
+    django_wakes.schedule(workspace_id="tenant-c", session_id="s", kind="t.m", delay="1h", budget=True)
+    assert SessionControl.objects.filter(session_id="s").count() == 2
+
+    parent = _parent(executor, node)
+    executor = MigrationExecutor(connection)
+    executor.migrate([parent])
+    old = executor.loader.project_state(parent).apps.get_model("django_wakes", "SessionControl")
+    (row,) = old.objects.filter(session_id="s")
+    assert row.stopped_at is not None and row.stop_reason == "stop"
+    assert Wake.objects.filter(session_id="s", state=State.PENDING).count() == 2
