@@ -6,6 +6,7 @@ afterwards, and the unwakeable-wake log starts fresh), so tests never see each o
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,25 @@ from django_wakes.testing import FakeClock, fake_clock, isolated_sinks
 from tests.processes import Procs, database_url
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_reaches_python() -> Iterator[None]:
+    """Python's own SIGINT handler, as under a terminal, for the tests that send this process a real Ctrl-C.
+
+    A suite started in the background by a non-interactive shell (a CI script's ``cmd &``, ``nohup``)
+    inherits SIGINT *ignored*, and Python then installs no handler: the Ctrl-C those tests send
+    would do nothing and they would fail for the environment, not the code.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)
