@@ -80,6 +80,8 @@ BIG_LANES = knob("BENCH_BIG_LANES", 100)
 TIMEOUT = knob("BENCH_TIMEOUT", 900.0)
 STALL = knob("BENCH_STALL", 60.0)
 OUT = Path(knob("BENCH_OUT", str(WORK / "results.json")))
+#: Extra runwakes options for every fire run, e.g. "--batch 50" (an experiment; the defaults are the figure).
+RUNWAKES_ARGS = knob("BENCH_RUNWAKES_ARGS", "").split()
 
 TARGETS = {  # the performance issue's targets (docs/performance.md says which are met)
     "ceiling_fraction": 0.40,
@@ -88,6 +90,8 @@ TARGETS = {  # the performance issue's targets (docs/performance.md says which a
     "push_p50_ms": 1.5,
     "push_p99_ms": 3.0,
     "stale_ratio": 1.2,  # big table: fresh rate / stale rate
+    "lanes_fraction": 0.80,  # 100 lanes with 2 runners / no lanes with 2 runners
+    "schedule_alone": 2_000,  # schedule() alone, wakes/s on PostgreSQL
     "claim_ratio": 1.5,
     "rss_ratio": 1.1,
 }
@@ -408,6 +412,7 @@ def drain_runwakes(
     log = LOGS / f"{tag}.log"
     log_from = log.stat().st_size if log.exists() else 0
     argv = [PY, "manage.py", "runwakes"] + (["--concurrency", str(concurrency)] if concurrency > 1 else [])
+    argv += RUNWAKES_ARGS
 
     def starter() -> list[subprocess.Popen[bytes]]:
         return [start(argv, child_env(db.url), tag) for _ in range(runners)]
@@ -782,7 +787,10 @@ def main() -> int:
         f"  peers: {m.get('peers')}; {m['date']}; git {m.get('git')}"
         f"{' + uncommitted django_wakes changes' if m.get('django_wakes_dirty') else ''}"
     )
-    say(f"  N={N} lanes={LANES} dbs={','.join(DBS)} sections={','.join(s for s in SECTIONS.split(',') if s in ONLY)}")
+    say(
+        f"  N={N} lanes={LANES} dbs={','.join(DBS)} sections={','.join(s for s in SECTIONS.split(',') if s in ONLY)}"
+        + (f" runwakes {' '.join(RUNWAKES_ARGS)}" if RUNWAKES_ARGS else "")
+    )
     say("  every queue table is VACUUM ANALYZEd after seeding; every worker keeps its connections")
     t_start = time.perf_counter()
     results["ceiling"], results["throughput"], results["claim"] = {}, [], {}
@@ -999,6 +1007,37 @@ def summary(results: dict[str, Any]) -> None:
             say(
                 f"  {vendor}: fire throughput / ceiling ({ceil:,.0f}/s): 1 runner {frac1:.1%}, best config "
                 f"{fracb:.1%}  [target ≥ 40 % on PostgreSQL: {verdict(ok)}]"
+            )
+    for vendor in DBS:
+        two, two_lanes = _ours(vendor, 2, 0, results), _ours(vendor, 2, LANES, results)
+        if two and two_lanes:
+            ratio, wanted = two_lanes / two, TARGETS["lanes_fraction"]
+            say(
+                f"  {vendor}: {LANES} lanes, 2 runners / no lanes, 2 runners = {two_lanes:,.0f} / {two:,.0f} = "
+                f"{ratio:.0%}  [target ≥ {wanted:.0%}: {verdict(ratio >= wanted)}]"
+            )
+        plain = _ours(vendor, 1, 0, results)
+        concurrent = next(
+            (
+                r["rate"]
+                for r in results.get("throughput", [])
+                if r["db"] == vendor and r["runners"] == 1 and not r["lanes"] and r["concurrency"] > 1
+            ),
+            None,
+        )
+        if plain and concurrent:
+            ratio = concurrent / plain
+            say(
+                f"  {vendor}: --concurrency {CONCURRENCY} / one plain runner (no-op, no lanes) = "
+                f"{concurrent:,.0f} / {plain:,.0f} = {ratio:.2f}x  [target ≥ 1: {verdict(ratio >= 1)}]"
+            )
+        created = results.get("create", {}).get(vendor)
+        if created:
+            alone = created["schedule"]
+            ok = alone >= TARGETS["schedule_alone"] if vendor == "postgres" else None
+            say(
+                f"  {vendor}: schedule() alone {alone:,.0f}/s  "
+                f"[target ≥ {TARGETS['schedule_alone']:,}/s on PostgreSQL: {verdict(ok)}]"
             )
     peers = results.get("peers", [])
     ours = [
