@@ -6,7 +6,14 @@ It calls the engine for every claim, settle and heartbeat; it never writes a wak
 from __future__ import annotations
 
 from .async_firer import AsyncFirer
-from .connections import apply_client_timeouts
+from .connections import apply_client_timeouts, probe_sqlite_json_support
 from .sweeper import SAFE_LEASE_FRACTION, RunnerBroken, Sweeper
 
-__all__ = ["SAFE_LEASE_FRACTION", "AsyncFirer", "RunnerBroken", "Sweeper", "apply_client_timeouts"]
+__all__ = [
+    "SAFE_LEASE_FRACTION",
+    "AsyncFirer",
+    "RunnerBroken",
+    "Sweeper",
+    "apply_client_timeouts",
+    "probe_sqlite_json_support",
+]

@@ -1,11 +1,12 @@
-"""Bounded network timeouts for a runner's database connections (a cut-off runner must notice)."""
+"""A runner's database connections: bounded network timeouts (a cut-off runner must notice), and a
+start-up that does not wait on another process's SQLite write lock."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import OperationalError, connections
 
 from ..conf import wakes_settings
 
@@ -47,3 +48,25 @@ def apply_client_timeouts(timeout: timedelta | None = None) -> None:
         existing = connections[alias]
         if existing.connection is not None and not existing.in_atomic_block:
             existing.close()  # reconnect with the new options
+
+
+def probe_sqlite_json_support() -> None:
+    """Learn whether each SQLite database has JSON functions with a plain read, before the system checks.
+
+    Django finds out (``features.supports_json_field``, asked by the JSONField check that Django 6
+    runs for every command) inside ``atomic()``; with ``"transaction_mode": "IMMEDIATE"`` that takes
+    SQLite's write lock, so a runner started while another runner holds it past the busy timeout was
+    told ``fields.E180 SQLite does not support JSONFields`` and refused to start. ``SELECT JSON(...)``
+    in autocommit reads no table and takes no lock; a database that really lacks JSON still fails
+    here, and Django's own probe then answers as before.
+    """
+    for alias in connections:
+        connection = connections[alias]
+        if connection.vendor != "sqlite" or "supports_json_field" in connection.features.__dict__:
+            continue
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("""SELECT JSON('{"a": "b"}')""")
+        except OperationalError:
+            continue
+        connection.features.supports_json_field = True

@@ -15,7 +15,7 @@ from django_wakes.durations import parse_duration
 from django_wakes.engine import TRANSIENT_ERRORS
 from django_wakes.engine.shared import ROLLBACK_TRIES
 from django_wakes.exceptions import InvalidDuration
-from django_wakes.runner import RunnerBroken, Sweeper, apply_client_timeouts
+from django_wakes.runner import RunnerBroken, Sweeper, apply_client_timeouts, probe_sqlite_json_support
 from django_wakes.tasks import sync_periodic_on_boot
 
 
@@ -57,6 +57,10 @@ def lane_list(value: str) -> list[str]:
 
 class Command(BaseCommand):
     help = "Fire due wakes: recover lapsed leases, then run passes until SIGTERM/SIGINT."
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        probe_sqlite_json_support()  # before the system checks: a busy SQLite writer must not fail them
+        return super().execute(*args, **options)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
