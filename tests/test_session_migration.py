@@ -19,7 +19,7 @@ from django.db.migrations.operations import AddConstraint
 
 import django_wakes
 from django_wakes.engine.sessions import is_stopped
-from django_wakes.models import SessionControl, State, Wake
+from django_wakes.models import Receipt, SessionControl, State, Wake
 
 STOPPED_AT = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -99,3 +99,52 @@ def test_migrating_back_merges_a_session_ids_rows_into_one_stopped_row(before_ke
     (row,) = old.objects.filter(session_id="s")
     assert row.stopped_at is not None and row.stop_reason == "stop"
     assert Wake.objects.filter(session_id="s", state=State.PENDING).count() == 2
+
+
+def test_live_turns_in_a_sessions_old_default_lane_move_to_its_workspaces_lane(before_keying):
+    """A chain copies its lane to every occurrence: left in ``session:<id>``, an old turn would run beside new ones."""
+    executor, node = before_keying
+    pending = django_wakes.schedule(workspace_id="tenant-a", session_id="s", every="1h")
+    firing = django_wakes.schedule(workspace_id="tenant-b", session_id="s", delay="1h")
+    own = django_wakes.schedule(workspace_id="tenant-a", session_id="s", delay="1h", serial_key="my-lane")
+    Wake.objects.filter(pk=pending.pk).update(serial_key="session:s")
+    Wake.objects.filter(pk=firing.pk).update(serial_key="session:s", state=State.FIRING, lane_lock="session:s")
+
+    MigrationExecutor(connection).migrate([node])
+
+    lanes = {w.pk: (w.serial_key, w.lane_lock) for w in Wake.objects.all()}
+    assert lanes == {
+        pending.pk: ("session:tenant-a:s", None),
+        firing.pk: ("session:tenant-b:s", "session:tenant-b:s"),
+        own.pk: ("my-lane", None),  # a lane its creator named stays
+    }
+
+    parent = _parent(executor, node)
+    MigrationExecutor(connection).migrate([parent])
+    lanes = {w.pk: (w.serial_key, w.lane_lock) for w in Wake.objects.all()}
+    assert lanes == {
+        pending.pk: ("session:s", None),
+        firing.pk: ("session:s", "session:s"),
+        own.pk: ("my-lane", None),
+    }
+
+
+def test_migrating_back_keeps_one_receipt_per_session_and_key_the_done_one(before_keying):
+    executor, node = before_keying
+    MigrationExecutor(connection).migrate([node])
+    assert django_wakes.once("s", "charge", lambda: "A's", workspace_id="tenant-a") == "A's"
+    Receipt.objects.create(
+        workspace_id="tenant-b",
+        session_id="s",
+        key="charge",
+        state="running",
+        owner="x",
+        lease_until=STOPPED_AT,
+        created_at=STOPPED_AT,
+    )
+
+    parent = _parent(executor, node)
+    MigrationExecutor(connection).migrate([parent])
+    old = MigrationExecutor(connection).loader.project_state(parent).apps.get_model("django_wakes", "Receipt")
+    (kept,) = old.objects.filter(session_id="s", key="charge")
+    assert kept.state == "done" and kept.result == "A's"
