@@ -413,7 +413,7 @@ def _missing_hooks() -> Iterator[CheckMessage]:
     if not wakes_settings.get("SPAWN_TURN"):
         yield Warning(
             "WAKES['SPAWN_TURN'] is not set: wakes of kind 'session_turn' (the default) cannot be created",
-            hint="Point it at a function (session_id, result), or always pass kind= for your own sinks.",
+            hint="Point it at a function (session_id, result, *, workspace_id), or pass kind= for your own sinks.",
             id="django_wakes.W002",
         )
 

@@ -42,6 +42,7 @@ Defaults (every key optional)::
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
@@ -99,25 +100,30 @@ def _hook(value: Any) -> Callable[..., Any] | None:
     return hook
 
 
+@functools.lru_cache(maxsize=64)
 def takes_workspace(hook: Callable[..., Any]) -> bool:
-    """Whether a session hook can be told the workspace: it has a ``workspace_id`` parameter or ``**kwargs``.
+    """Whether a session hook can be told the workspace: it has a parameter named ``workspace_id``.
 
     ``SPAWN_TURN`` and ``SESSION_BUSY`` are called with ``workspace_id=`` when they take it, so a
     multi-tenant host knows whose session ``s`` it is; a hook written for one workspace keeps its
-    ``(session_id, ...)`` signature and is called as before.
+    ``(session_id, ...)`` signature and is called as before. Only the name counts: a ``**kwargs``
+    hook is often a forwarder (``task.delay(*args, **kwargs)``) to a function that takes no
+    ``workspace_id``, which would then fail where nobody sees it (on a task queue).
     """
     try:
         parameters = inspect.signature(hook).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable without a signature: call it as before
         return False
-    return any(
-        p.kind is p.VAR_KEYWORD or (p.name == "workspace_id" and p.kind is not p.POSITIONAL_ONLY) for p in parameters
-    )
+    return any(p.name == "workspace_id" and p.kind is not p.POSITIONAL_ONLY for p in parameters)
 
 
 def call_session_hook(hook: Callable[..., Any], *args: Any, workspace_id: str) -> Any:
     """Call ``hook(*args)``, adding ``workspace_id=`` when it takes it (:func:`takes_workspace`)."""
-    if takes_workspace(hook):
+    try:
+        told = takes_workspace(hook)
+    except TypeError:  # an unhashable callable object: not cached
+        told = takes_workspace.__wrapped__(hook)
+    if told:
         return hook(*args, workspace_id=workspace_id)
     return hook(*args)
 

@@ -182,3 +182,25 @@ def test_once_receipts_are_kept_per_workspace(transactional_db):
 def test_the_session_calls_need_the_workspace(call):
     with pytest.raises(TypeError):
         getattr(django_wakes, call)(SESSION)
+
+
+def test_a_forwarding_hook_with_kwargs_is_not_handed_the_workspace(clock, settings):
+    """``def spawn(*args, **kwargs): queue.put(...)`` forwards to a function written as ``(session_id, result)``."""
+    started: list[tuple[str, dict[str, Any]]] = []
+
+    def start_turn(session_id: str, result: dict[str, Any]) -> None:  # what the queue runs later
+        started.append((session_id, result))
+
+    def spawn_turn(*args: Any, **kwargs: Any) -> None:  # e.g. task.delay(*args, **kwargs)
+        start_turn(*args, **kwargs)
+
+    settings.WAKES = {**settings.WAKES, "SPAWN_TURN": spawn_turn}
+    django_wakes.schedule(workspace_id=A, session_id=SESSION, delay="0s")
+    assert django_wakes.run_due().fired == 1
+    assert started == [(SESSION, {"trigger": "at"})]
+
+
+def test_a_stopped_sessions_refusal_names_its_workspace(clock, calls):
+    django_wakes.stop_session(SESSION, workspace_id=A)
+    with pytest.raises(SessionStopped, match="session 's' of workspace 'tenant-a' is stopped"):
+        agent_wake(A)

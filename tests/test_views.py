@@ -489,3 +489,27 @@ def test_the_token_is_never_logged(
     assert approval.token[::-1] not in caplog.text
     assert expired.token not in caplog.text and waiting.token not in caplog.text
     assert any("approval answered" in r.getMessage() and "by=alice" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_link_opened_while_the_database_cannot_be_read_redirects_and_logs_no_token(
+    approval: django_wakes.ApprovalRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 500 at the link's URL would be logged (and mailed to ADMINS) with the path, token and all."""
+    from django.db import connection
+
+    caplog.set_level(logging.DEBUG)
+    table = connection.ops.quote_name(Wake._meta.db_table)
+    with connection.cursor() as cursor:  # the database really refuses the read: the table is not there
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {connection.ops.quote_name('wakes_away')}")
+    try:
+        response = Client().get(link(approval.token))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {connection.ops.quote_name('wakes_away')} RENAME TO {table}")
+    assert response.status_code == 302 and response["Location"] == "/wakes/approve/refused/unavailable/"
+    assert "sessionid" not in response.cookies
+    page = Client().get(response["Location"])
+    assert page.status_code == 503 and b"Try again later" in page.content
+    assert approval.token not in caplog.text
+    assert any("could not be read" in r.getMessage() for r in caplog.records)

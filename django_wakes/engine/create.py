@@ -740,7 +740,8 @@ def book_next(wake: Wake, now: datetime) -> Wake | None:
     if not wake.is_recurring:
         return None
     if sessions.is_stopped(wake.session_id, workspace_id=wake.workspace_id):
-        logger.info("chain %s ends: session %s is stopped", wake.chain_id, wake.session_id, extra=about(wake))
+        session = f"{wake.workspace_id}/{wake.session_id}"
+        logger.info("chain %s ends: session %s is stopped", wake.chain_id, session, extra=about(wake))
         return None
     row = Wake.objects.using(db_alias()).filter(pk=wake.pk).values("end_at", "paused_at").first()
     end_at = row["end_at"] if row is not None else wake.end_at

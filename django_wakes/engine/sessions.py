@@ -87,9 +87,13 @@ def is_stopped(session_id: str | None, *, workspace_id: str) -> bool:
     return rows.filter(workspace_id=workspace_id, session_id=session_id, stopped_at__isnull=False).exists()
 
 
+def _stopped(session_id: str | None, workspace_id: str) -> SessionStopped:
+    return SessionStopped(f"session {session_id!r} of workspace {workspace_id!r} is stopped; resume_session() it first")
+
+
 def refuse_if_stopped(session_id: str | None, *, workspace_id: str) -> None:
     if is_stopped(session_id, workspace_id=workspace_id):
-        raise SessionStopped(f"session {session_id!r} is stopped; resume_session() it first")
+        raise _stopped(session_id, workspace_id)
 
 
 def nudge_session(session_id: str, *, workspace_id: str) -> int:
@@ -145,7 +149,7 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
     if session is not None:
         control = _lock_session(using, workspace, session, now)
         if control.stopped_at is not None:
-            raise SessionStopped(f"session {session!r} is stopped; resume_session() it first")
+            raise _stopped(session, workspace)
         cooldown = _duration_limit("SESSION_COOLDOWN")
         if cooldown is not None and control.last_agent_wake_at and now - control.last_agent_wake_at < cooldown:
             since = plain_duration(cooldown)

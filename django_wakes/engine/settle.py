@@ -552,8 +552,9 @@ def _settle_superseded(claim: Claim) -> FireOutcome:
     if not won:
         return _fenced_out(claim)
     logger.info(
-        "wake %s superseded: session %s is stopped",
+        "wake %s superseded: session %s/%s is stopped",
         claim.wake.pk,
+        claim.wake.workspace_id,
         claim.wake.session_id,
         extra=about(claim.wake, claim.runner_id),
     )

@@ -23,6 +23,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
@@ -72,6 +73,14 @@ STALE = (
 )
 
 
+#: The database could not be read when the link was opened (its page is a 503: try again later).
+UNAVAILABLE = "unavailable"
+UNAVAILABLE_PAGE = (
+    503,
+    _("Try again later"),
+    _("This approval cannot be looked up right now. Open the link again in a few minutes."),
+)
+
 #: The refusals a link gives by itself, before anyone logs in, by the name their page has in its URL.
 LINK_REFUSALS: dict[str, type[ApprovalError]] = {
     "not-found": ApprovalNotFound,
@@ -100,6 +109,10 @@ def approve(request: HttpRequest, token: str) -> HttpResponseBase:
     except ApprovalError as exc:
         reason = next(name for name, kind in LINK_REFUSALS.items() if isinstance(exc, kind))
         response = redirect("django_wakes:refused", reason=reason)
+    except DatabaseError:
+        # A 500 here would be logged (and mailed to ADMINS) with the path, token included.
+        logger.warning("approval link: the database could not be read; sent to the 'unavailable' page", exc_info=True)
+        response = redirect("django_wakes:refused", reason=UNAVAILABLE)
     else:
         request.session[SESSION_KEY] = token_hash
         response = redirect("django_wakes:answer")
@@ -193,7 +206,9 @@ def refused(request: HttpRequest, reason: str) -> HttpResponseBase:
     """The page a link to no waiting approval redirects to: 404, 409 or 410, as the answer page would say it.
 
     It needs no login and touches no session; it shows the refusal its URL names (an unknown reason
-    is 404), nothing of any approval.
+    is 404; ``unavailable``, a database that could not be read, is 503), nothing of any approval.
     """
+    if reason == UNAVAILABLE:
+        return _refusal(request, *UNAVAILABLE_PAGE)
     kind = LINK_REFUSALS.get(reason, ApprovalNotFound)
     return _refusal(request, *REFUSALS[kind])
