@@ -246,24 +246,27 @@ def _budgets() -> Iterator[CheckMessage]:
             )
 
 
-def _push_database() -> Iterator[CheckMessage]:
-    value = wakes_settings.get("PUSH_DATABASE")
+def _database_alias(name: str, *, hint: str, check_id: str) -> Iterator[CheckMessage]:
+    """``WAKES[name]``, when set, must be an alias in ``DATABASES`` (a string: a list would not even hash)."""
+    value = wakes_settings.get(name)
     if value is not None and (not isinstance(value, str) or value not in settings.DATABASES):
-        yield Error(
-            f"WAKES['PUSH_DATABASE'] is {value!r}, which is not an alias in DATABASES",
-            hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
-            id="django_wakes.E007",
-        )
+        yield Error(f"WAKES[{name!r}] is {value!r}, which is not an alias in DATABASES", hint=hint, id=check_id)
+
+
+def _push_database() -> Iterator[CheckMessage]:
+    return _database_alias(
+        "PUSH_DATABASE",
+        hint="Name a DATABASES entry that connects to PostgreSQL directly (not through PgBouncer).",
+        check_id="django_wakes.E007",
+    )
 
 
 def _read_database() -> Iterator[CheckMessage]:
-    value = wakes_settings.get("READ_DATABASE")
-    if value is not None and (not isinstance(value, str) or value not in settings.DATABASES):
-        yield Error(
-            f"WAKES['READ_DATABASE'] is {value!r}, which is not an alias in DATABASES",
-            hint="Name the DATABASES entry of a streaming replica of the database wakes are written to.",
-            id="django_wakes.E012",
-        )
+    return _database_alias(
+        "READ_DATABASE",
+        hint="Name the DATABASES entry of a streaming replica of the database wakes are written to.",
+        check_id="django_wakes.E012",
+    )
 
 
 def _webhook_error(message: str) -> CheckMessage:
