@@ -19,8 +19,13 @@ last :data:`HISTORY` fired attempts by primary key, live runner rows; a lane's h
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from statistics import median
+
+from django.http import HttpResponse
+from django.template.response import TemplateResponse
 
 from .. import clock
 from ..conf import wakes_settings
@@ -207,3 +212,24 @@ class Attention:
             Wake.objects.using(reads.alias()).filter(state=State.FIRING).order_by("claimed_at", "id")[:FIRING_LIMIT]
         )
         return wakes.filter(pk__in=[wake.pk for wake in firing if self.hung_reason(wake)])
+
+
+#: The page being rendered's one look at the wakes (list columns get no request to carry it).
+_ATTENTION: ContextVar[Attention | None] = ContextVar("django_wakes_admin_attention", default=None)
+
+
+def current_attention() -> Attention:
+    """The :class:`Attention` of the page being rendered, or a fresh one outside a page."""
+    return _ATTENTION.get() or Attention()
+
+
+def rendered_with_attention(view: Callable[[], HttpResponse]) -> HttpResponse:
+    """Run and render a page while one :class:`Attention` answers "hung?" and "unwakeable?" for all its rows."""
+    token = _ATTENTION.set(Attention())
+    try:
+        response = view()
+        if isinstance(response, TemplateResponse):
+            response.render()
+        return response
+    finally:
+        _ATTENTION.reset(token)
