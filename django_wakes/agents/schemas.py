@@ -45,7 +45,7 @@ EVENT_KEY_MAX_LENGTH = 200
 PROMPT_MAX_LENGTH = 10_000
 #: The longest duration text.
 DURATION_MAX_LENGTH = 40
-#: The longest cron expression a tool takes (``recurrence.CRON_MAX_LENGTH`` is larger).
+#: The longest cron expression a tool takes (``schedules.cron.CRON_MAX_LENGTH`` is larger).
 CRON_MAX_LENGTH = 120
 #: The longest time zone name.
 TZ_MAX_LENGTH = 64
