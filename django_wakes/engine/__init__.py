@@ -1,6 +1,8 @@
 """The state machine, one module per stage of a wake's flow, and the only code that writes a wake.
 
-* :mod:`.create` — ``schedule``, ``watch``, ``request_approval``; booking a chain's next occurrence;
+* :mod:`.create` — ``schedule``, ``schedule_many``; booking a chain's next occurrence;
+* :mod:`.waiting` — ``watch``, ``request_approval`` (wakes that wait for an event or an answer);
+* :mod:`.insert` — ``create_wake``, every insert's one door (idempotency, coalescing, budgets);
 * :mod:`.triggers` — ``deliver_event``, ``waiting_approval``/``open_approval``/``resolve``, ``cancel``, ``requeue``;
 * :mod:`.claim` — claim due wakes and lapsed leases, renew leases;
 * :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
@@ -28,7 +30,8 @@ from .aio import (
     awatch,
 )
 from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
-from .create import ApprovalRequest, book_next, create_wake, request_approval, schedule, schedule_many, watch
+from .create import book_next, schedule, schedule_many
+from .insert import create_wake
 from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
 from .passes import (
     RunReport,
@@ -57,6 +60,7 @@ from .settle import (
 )
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, drop_broken_connections, hash_token
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed, waiting_approval
+from .waiting import ApprovalRequest, request_approval, watch
 
 __all__ = [
     "acancel",

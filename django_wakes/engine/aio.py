@@ -18,9 +18,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from .create import request_approval, schedule, schedule_many, watch
+from .create import schedule, schedule_many
 from .sessions import nudge_session, resume_session, stop_session
 from .triggers import cancel, deliver_event, resolve
+from .waiting import request_approval, watch
 
 __all__ = [
     "acancel",

@@ -45,7 +45,7 @@ from ..models import State, Wake
 from ..schedules import recurrence
 from ..timeutil import to_datetime
 from ..validation import key
-from .create import create_wake
+from .insert import create_wake
 from .shared import announce_due, db_alias, retry_rolled_back
 
 __all__ = [

@@ -20,8 +20,8 @@ from ..exceptions import ApprovalAlreadyResolved, ApprovalDenied, ApprovalError,
 from ..models import State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from . import retention
-from .create import events_result
 from .shared import announce_due, db_alias, hash_token, retry_rolled_back
+from .waiting import events_result
 
 
 def deliver_event(*, workspace_id: str, event_key: str, payload: Any = None, retain: Duration | None = None) -> int:
