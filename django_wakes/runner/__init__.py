@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from .async_firer import AsyncFirer
 from .connections import apply_client_timeouts, probe_sqlite_json_support
-from .sweeper import SAFE_LEASE_FRACTION, RunnerBroken, Sweeper
+from .fire_threads import RunnerBroken
+from .in_hand import SAFE_LEASE_FRACTION
+from .sweeper import Sweeper
 
 __all__ = [
     "SAFE_LEASE_FRACTION",
