@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine.claim import Claim
+    from .engine.leases import Claim
     from .models import Wake
 
 #: The instrumentation scope's name.

@@ -4,7 +4,8 @@
 * :mod:`.waiting` — ``watch``, ``request_approval`` (wakes that wait for an event or an answer);
 * :mod:`.insert` — ``create_wake``, every insert's one door (idempotency, coalescing, budgets);
 * :mod:`.triggers` — ``deliver_event``, ``waiting_approval``/``open_approval``/``resolve``, ``cancel``, ``requeue``;
-* :mod:`.claim` — claim due wakes and lapsed leases, renew leases;
+* :mod:`.claim` — the claim pass (one statement on PostgreSQL, steps elsewhere); :mod:`.claim_rows` — deciding
+  and updating the locked rows; :mod:`.takeover` — lapsed leases; :mod:`.leases` — ``Claim``, fences, renewal;
 * :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
 * :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
 * :mod:`.runners` — the runner registry rows;
@@ -29,9 +30,10 @@ from .aio import (
     astop_session,
     awatch,
 )
-from .claim import Claim, claim_batch, next_fence, renew_leases, take_over_lapsed
+from .claim import claim_batch
 from .create import book_next, schedule, schedule_many
 from .insert import create_wake
+from .leases import Claim, next_fence, renew_leases
 from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
 from .passes import (
     RunReport,
@@ -59,6 +61,7 @@ from .settle import (
     sink_returned,
 )
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, drop_broken_connections, hash_token
+from .takeover import take_over_lapsed
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed, waiting_approval
 from .waiting import ApprovalRequest, request_approval, watch
 

@@ -25,7 +25,8 @@ from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
 from . import interrupts, retention
-from .claim import Claim, claim_batch, take_over_lapsed
+from .claim import claim_batch
+from .leases import Claim
 from .retention import forget_deliveries
 from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
 from .shared import (
@@ -37,6 +38,7 @@ from .shared import (
     earliest,
     logger,
 )
+from .takeover import take_over_lapsed
 
 #: How long gc keeps accepted webhook delivery ids. A replay is refused by its timestamp after 10 minutes, but a
 #: sender's own retries (a lost 200) come later, re-signed: Stripe's for three days, GitHub's redeliveries for three,

@@ -32,7 +32,7 @@ from . import create, interrupts, sessions
 from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
-    from .claim import Claim
+    from .leases import Claim
 
 ERROR_MAX_CHARS = 8000
 
