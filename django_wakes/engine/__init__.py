@@ -6,7 +6,8 @@
 * :mod:`.triggers` — ``deliver_event``, ``waiting_approval``/``open_approval``/``resolve``, ``cancel``, ``requeue``;
 * :mod:`.claim` — the claim pass (one statement on PostgreSQL, steps elsewhere); :mod:`.claim_rows` — deciding
   and updating the locked rows; :mod:`.takeover` — lapsed leases; :mod:`.leases` — ``Claim``, fences, renewal;
-* :mod:`.settle` — run a sink, settle its outcome under the claim's fence, hand claims back;
+* :mod:`.settle` — run a sink, settle its outcome under the claim's fence; :mod:`.failures` — failures, defers,
+  outages, superseded; :mod:`.fencing` — the fence every settle writes under, handing claims back, the dead letter;
 * :mod:`.passes` — the one pass loop (``run_due``, ``recover``, the runner) and ``gc``;
 * :mod:`.runners` — the runner registry rows;
 * :mod:`.schedules` — operator transitions on a recurring chain (pause, resume, trigger now, backfill);
@@ -32,6 +33,7 @@ from .aio import (
 )
 from .claim import claim_batch
 from .create import book_next, schedule, schedule_many
+from .fencing import FireOutcome, release
 from .insert import create_wake
 from .leases import Claim, next_fence, renew_leases
 from .operate import cancel_wake, extend_expiry, fire_now, pause_lane, reschedule, resume_lane, retry_wake
@@ -50,11 +52,9 @@ from .retention import forget_deliveries
 from .schedules import Backfill, backfill_chain, pause_chain, resume_chain, trigger_chain
 from .sessions import nudge_session, resume_session, stop_session
 from .settle import (
-    FireOutcome,
     Succeeded,
     fire,
     prepare_sink,
-    release,
     run_sink,
     settle_successes,
     sink_raised,

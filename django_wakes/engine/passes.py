@@ -26,9 +26,10 @@ from ..states import Disposition
 from ..validation import key, positive_int
 from . import interrupts, retention
 from .claim import claim_batch
+from .fencing import FireOutcome, release
 from .leases import Claim
 from .retention import forget_deliveries
-from .settle import FireOutcome, Succeeded, release, run_sink, settle_successes
+from .settle import Succeeded, run_sink, settle_successes
 from .shared import (
     ROLLBACK_TRIES,
     TRANSIENT_ERRORS,

@@ -8,42 +8,52 @@ lease another runner took over is fenced out, and its outcome is discarded and l
 from __future__ import annotations
 
 import logging
-import traceback
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
-from django.db.models import F
 
 from .. import clock, signals, tracing
 from ..conf import call_session_hook, wakes_settings
-from ..durations import parse_duration
 from ..exceptions import InvalidWake
 from ..logs import about
 from ..models import Outcome, State, Wake, WakeAttempt
-from ..querysets import WakeQuerySet
 from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Sink, Stop, call_sink, registry
 from ..states import Disposition
 from ..timeutil import to_datetime
 from ..validation import json_value
 from . import create, interrupts, sessions
-from .shared import ROLLBACK_TRIES, after, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
+from .failures import OUTAGE_RETRY, _settle_defer, _settle_failure, _settle_outage, _settle_superseded
+from .fencing import (
+    LET_GO,
+    FireOutcome,
+    _error_type,
+    _fenced_out,
+    _format_error,
+    bury_locked,
+    fenced,
+    release,
+)
+from .shared import ROLLBACK_TRIES, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
     from .leases import Claim
 
-ERROR_MAX_CHARS = 8000
-
-
-@dataclass
-class FireOutcome:
-    """What firing one claim came to, as the pass that fired it tallies it."""
-
-    outcome: Disposition
-    settled: bool  # False when the lease was taken over: the result was discarded (fenced)
-    error: str = ""
+__all__ = [
+    "OUTAGE_RETRY",
+    "FireOutcome",
+    "Succeeded",
+    "bury_locked",
+    "fire",
+    "prepare_sink",
+    "release",
+    "run_sink",
+    "settle_successes",
+    "sink_raised",
+    "sink_returned",
+]
 
 
 @dataclass(frozen=True)
@@ -378,39 +388,6 @@ def _report(done: list[Succeeded], winners: list[Succeeded]) -> list[FireOutcome
     return outcomes
 
 
-def _format_error(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    return text[-ERROR_MAX_CHARS:]
-
-
-def _error_type(exc: BaseException) -> str:
-    """The dotted path of the exception's class, as ``WakeAttempt.error_type`` keeps it."""
-    return f"{type(exc).__module__}.{type(exc).__qualname__}"
-
-
-#: What every settle writes besides its state: the wake no longer holds a lane, a lease or a fence.
-LET_GO: dict[str, Any] = {"lane_lock": None, "lease_until": None, "claim_token": None}
-
-
-def fenced(using: str, claim: Claim) -> WakeQuerySet:
-    """The wake of ``claim``, only while it is still firing under the claim's token (the fence)."""
-    return Wake.objects.using(using).filter(pk=claim.wake.pk, state=State.FIRING, claim_token=claim.token)
-
-
-def _attempt(using: str, claim: Claim, now: datetime, outcome: str, error: str = "", error_type: str = "") -> None:
-    WakeAttempt.objects.using(using).create(
-        wake_id=claim.wake.pk,
-        number=claim.wake.attempts,
-        runner_id=claim.runner_id,
-        fence=claim.wake.fence,
-        started_at=claim.started_at,
-        finished_at=now,
-        outcome=outcome,
-        error=error,
-        error_type=error_type,
-    )
-
-
 def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
     try:
         scratch = returned.scratch if returned.scratch is KEEP else json_value(returned.scratch, name="scratch")
@@ -428,181 +405,3 @@ def _settle_returned(claim: Claim, returned: Any) -> FireOutcome:
     except InvalidWake as exc:  # a malformed Retry.at / Defer.until is a failed attempt, not a crashed pass
         return _settle_failure(claim, f"the sink returned an invalid {type(returned).__name__}: {exc}")
     return _settle_successes([Succeeded(claim, stop=isinstance(returned, Stop), finished_at=clock.now())])[0]
-
-
-def _settle_failure(
-    claim: Claim,
-    error: str,
-    *,
-    retry_at: datetime | None = None,
-    outcome: str = Outcome.FAILED,
-    scratch: Any = KEEP,
-    error_type: str = "",
-) -> FireOutcome:
-    using = db_alias()
-    now = clock.now()
-    wake = claim.wake
-    notes = _scratch_fields(scratch)
-    with transaction.atomic(using=using):
-        if wake.attempts >= wake.max_attempts:
-            if not _bury(fenced(using, claim), wake, now, error, **notes):
-                return _fenced_out(claim)
-            _attempt(using, claim, now, outcome, error, error_type)
-            logger.error(
-                "wake %s is dead after %d attempts: %s",
-                wake.pk,
-                wake.attempts,
-                error.splitlines()[-1:],
-                extra=about(wake, claim.runner_id),
-            )
-            return FireOutcome(Disposition.DEAD, settled=True, error=error)
-        due = retry_at or now + wakes_settings.backoff(wake.attempts)
-        won = fenced(using, claim).update(
-            state=State.PENDING,
-            **LET_GO,
-            last_error=error,
-            due_at=due,
-            updated_at=now,
-            **notes,
-        )
-        if not won:
-            return _fenced_out(claim)
-        _attempt(using, claim, now, outcome, error, error_type)
-        transaction.on_commit(
-            lambda: signals.wake_failed.send(sender=Wake, wake=wake, error=error, retry_at=due), using=using
-        )
-    return FireOutcome(Disposition(outcome), settled=True, error=error)
-
-
-def _settle_defer(claim: Claim, defer: Defer, *, scratch: Any = KEEP, busy: bool = False) -> FireOutcome:
-    using = db_alias()
-    now = clock.now()
-    until = defer.until
-    if isinstance(until, str | timedelta):
-        due = after(now, parse_duration(until, name="Defer.until"), name="Defer.until")
-    else:
-        due = to_datetime(until, name="Defer.until")
-    with transaction.atomic(using=using):
-        won = fenced(using, claim).update(
-            state=State.PENDING,
-            **LET_GO,
-            due_at=due,
-            attempts=F("attempts") - 1,
-            updated_at=now,
-            **_scratch_fields(scratch),
-        )
-        if not won:
-            return _fenced_out(claim)
-        _attempt(using, claim, now, Outcome.DEFERRED, "session busy" if busy else "")
-    return FireOutcome(Disposition.BUSY if busy else Disposition.DEFERRED, settled=True)
-
-
-#: The first retry of a wake whose sink met a database outage; doubled for each outage in a row.
-OUTAGE_RETRY = timedelta(seconds=1)
-#: The longest wait between two such retries (they are not charged, so they never end in ``dead``).
-OUTAGE_RETRY_MAX = timedelta(minutes=5)
-
-
-def _settle_outage(claim: Claim, exc: BaseException, error: str, error_type: str) -> FireOutcome:
-    """The sink met a database outage: pending again soon, the attempt not charged (like a defer).
-
-    Written once the database is back (the settle is retried until then), so the retry waits
-    :data:`OUTAGE_RETRY` from *then*, doubled for each outage the wake met in a row on this attempt.
-    """
-    using = db_alias()
-    now = clock.now()
-    wake = claim.wake
-    with transaction.atomic(using=using):
-        in_a_row = (
-            WakeAttempt.objects.using(using)
-            .filter(wake_id=wake.pk, number=wake.attempts, outcome=Outcome.OUTAGE)
-            .count()
-        )
-        wait = min(OUTAGE_RETRY * 2 ** min(in_a_row, 20), OUTAGE_RETRY_MAX)
-        won = fenced(using, claim).update(
-            state=State.PENDING, **LET_GO, due_at=now + wait, attempts=F("attempts") - 1, updated_at=now
-        )
-        if not won:
-            return _fenced_out(claim)
-        _attempt(using, claim, now, Outcome.OUTAGE, error, error_type)
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    logger.warning(
-        "wake %s (kind=%s): its sink met a database outage (%s: %s); trying again in %.0fs, not charged",
-        wake.pk,
-        wake.kind,
-        type(exc).__name__,
-        first,
-        wait.total_seconds(),
-        extra=about(wake, claim.runner_id),
-    )
-    return FireOutcome(Disposition.OUTAGE, settled=True, error=error)
-
-
-def _settle_superseded(claim: Claim) -> FireOutcome:
-    """The wake's session was stopped after it was claimed: settle it without running its sink."""
-    now = clock.now()
-    won = fenced(db_alias(), claim).update(
-        state=State.SUPERSEDED,
-        **LET_GO,
-        attempts=F("attempts") - 1,
-        last_error="session stopped",
-        settled_at=now,
-        updated_at=now,
-    )
-    if not won:
-        return _fenced_out(claim)
-    logger.info(
-        "wake %s superseded: session %s/%s is stopped",
-        claim.wake.pk,
-        claim.wake.workspace_id,
-        claim.wake.session_id,
-        extra=about(claim.wake, claim.runner_id),
-    )
-    return FireOutcome(Disposition.SUPERSEDED, settled=True)
-
-
-def release(claim: Claim) -> bool:
-    """Hand an unstarted claim back (shutdown, or its sink vanished): pending again, attempt uncounted."""
-    return bool(
-        fenced(db_alias(), claim).update(
-            state=State.PENDING,
-            **LET_GO,
-            attempts=F("attempts") - 1,
-            updated_at=clock.now(),
-        )
-    )
-
-
-def bury_locked(using: str, wake: Wake, now: datetime, error: str) -> None:
-    """Send a locked firing wake to the dead letter (its lease lapsed on its last attempt).
-
-    Runs in the caller's transaction, which holds the row lock; books a chain's next occurrence.
-    """
-    _bury(Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING), wake, now, error)
-
-
-def _bury(rows: WakeQuerySet, wake: Wake, now: datetime, error: str, **extra: Any) -> bool:
-    """Move ``rows`` (the wake, as its caller fences it) to the dead letter; book the chain's next occurrence.
-
-    Return whether the row was still there to bury. Runs inside the settling transaction.
-    """
-    if not rows.update(state=State.DEAD, **LET_GO, last_error=error, settled_at=now, updated_at=now, **extra):
-        return False
-    if wake.is_recurring:
-        create.book_next(wake, now)
-    transaction.on_commit(lambda: signals.wake_dead.send(sender=Wake, wake=wake, error=error), using=rows.db)
-    return True
-
-
-def _scratch_fields(scratch: Any) -> dict[str, Any]:
-    """The update a settle makes to the wake's scratch: none for ``KEEP``, else the new value."""
-    return {} if scratch is KEEP else {"scratch": scratch}
-
-
-def _fenced_out(claim: Claim) -> FireOutcome:
-    logger.warning(
-        "wake %s: lease was taken over by another runner; this runner's outcome is discarded",
-        claim.wake.pk,
-        extra=about(claim.wake, claim.runner_id),
-    )
-    return FireOutcome(Disposition.FENCED, settled=False)

@@ -14,7 +14,7 @@ from .. import clock, tracing
 from ..conf import wakes_settings
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..sinks import registry
-from . import settle
+from .fencing import bury_locked
 from .leases import Claim, next_fence
 from .shared import db_alias, new_claim_token, retry_rolled_back
 
@@ -78,7 +78,7 @@ def _take_over_lapsed(
             + ("" if charged else "; its sink was not known to have started, so the attempt is not charged"),
         )
         if charged and wake.attempts >= wake.max_attempts:
-            settle.bury_locked(using, wake, now, f"interrupted {wake.attempts} times (lease lapsed mid-fire)")
+            bury_locked(using, wake, now, f"interrupted {wake.attempts} times (lease lapsed mid-fire)")
             continue
         token = new_claim_token()
         attempts = wake.attempts + (1 if charged else 0)
