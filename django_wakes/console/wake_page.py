@@ -20,16 +20,14 @@ from .. import clock
 from ..models import State, Wake, WakeAttempt
 from .attention import current_attention, rendered_with_attention, seconds
 from .display import chain_link, error_details, moment, pretty_json, runner_link, task_call, why
-from .operations import OPERATIONS
+from .operations import OPERATIONS, OperatorMixin
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
     # django-stubs makes the admin classes generic; at run time they are not subscriptable.
-    ModelAdmin = admin.ModelAdmin[Any]
     AttemptInline = admin.TabularInline[WakeAttempt, Wake]
 else:
-    ModelAdmin = admin.ModelAdmin
     AttemptInline = admin.TabularInline
 
 #: The wake page's Recurrence fields: shown for a recurring wake or a chain's occurrence only.
@@ -84,7 +82,7 @@ def _time_field(name: str, label: StrOrPromise) -> Callable[[Any, Wake], str]:
     return show
 
 
-class WakePage(ModelAdmin):
+class WakePage(OperatorMixin):
     """The wake page's fields, attempt history and buttons (mixed into ``WakeAdmin``)."""
 
     inlines = (WakeAttemptInline,)
