@@ -52,6 +52,9 @@ ALLOWED: dict[str, set[str]] = {
 #: Top-level modules that wire the layers into Django (app config, checks, URLconf, admin and
 #: template-tag discovery, commands, the documented re-exports and test helpers).
 WIRING = {"", "apps", "checks", "urls", "admin", "tools", "testing", "templatetags", "management"}
+#: No module of the package is longer than this (migrations aside, which are generated): a room one can
+#: hold in one's head. A module that grows past it is split by what it is about (docs/architecture.md).
+MAX_MODULE_LINES = 600
 
 
 def layer_of(module: str) -> str:
@@ -150,6 +153,16 @@ def test_no_import_cycle_between_modules():
         if start not in state:
             visit(start, [start])
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_is_too_big_to_hold_in_ones_head():
+    too_big = [
+        f"{module_name(path)}: {lines} lines"
+        for path in sorted(ROOT.rglob("*.py"))
+        if "migrations" not in path.relative_to(ROOT).parts
+        and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not too_big, f"modules over {MAX_MODULE_LINES} lines (split each by subject):\n" + "\n".join(too_big)
 
 
 @pytest.mark.parametrize("layer", ["schedules", "engine", "runner", "console", "web", "agents", "tasks"], ids=str)
