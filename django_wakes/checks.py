@@ -11,7 +11,8 @@
 | E007 | PUSH_DATABASE names no alias in DATABASES |
 | E009 | BUDGETS is not a dict of known limits, each None, a whole number or a duration |
 | E008 | WEBHOOKS is not a dict of source -> {SECRETS: non-empty strings the SCHEME can use, SCHEME: known, |
-|      | WORKSPACE: a workspace id, MAP: importable (required by "github" and "stripe"), MAX_BYTES: positive int} |
+|      | WORKSPACE: a workspace id, MAP: importable (required by "github" and "stripe"), MAX_BYTES: positive int, |
+|      | MAX_DELIVERIES: positive int, PER: a duration from 1 s to 30 days} |
 | E010 | METRICS_TOKENS is not a list of strings of at least 32 characters, each without whitespace |
 | E012 | READ_DATABASE names no alias in DATABASES |
 | E013 | WAKES is not a dict |
@@ -280,6 +281,7 @@ def _webhook_error(message: str) -> CheckMessage:
 
 def _webhooks() -> Iterator[CheckMessage]:
     """Validate WEBHOOKS; messages name the source and the key, never a secret's value."""
+    from .web import delivery_limits
     from .web.webhook_schemes import DEFAULT_SCHEME, SCHEMES
     from .web.webhooks import SOURCE_KEYS, SOURCE_MAX_LENGTH
 
@@ -320,6 +322,11 @@ def _webhooks() -> Iterator[CheckMessage]:
         max_bytes = config.get("MAX_BYTES", 1)
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             yield _webhook_error(f"{name}['MAX_BYTES'] must be a positive integer, got {max_bytes!r:.60}")
+        for limit, read in (("MAX_DELIVERIES", delivery_limits.max_deliveries), ("PER", delivery_limits.per)):
+            try:
+                read(config.get(limit))
+            except ValueError as exc:
+                yield _webhook_error(f"{name}['{limit}'] {exc}")
         workspace = config.get("WORKSPACE")
         if workspace is not None:
             try:

@@ -523,12 +523,16 @@ class WebhookDelivery(models.Model):
 
     Inserted in the transaction that delivers the event, so a replay is refused (the unique
     constraint decides, across processes) and a delivery that failed left no row and can be retried.
+    ``body_digest`` is the SHA-256 of the body for a scheme that signs the body alone (GitHub): its
+    delivery id is not signed, so the body, unique per source too, is what recognises a replay (NULLs
+    are distinct in a unique constraint on every database, so the other schemes' rows never clash).
     ``django_wakes.engine.forget_deliveries`` deletes old rows.
     """
 
     id = models.BigAutoField(primary_key=True)
     source = models.CharField(_("source"), max_length=100)
     delivery_id = models.CharField(_("delivery id"), max_length=KEY_LENGTH)
+    body_digest = models.CharField(_("body digest"), max_length=64, null=True, blank=True)
     received_at = InstantField(_("received"))
 
     class Meta:
@@ -536,8 +540,12 @@ class WebhookDelivery(models.Model):
         verbose_name_plural = _("webhook deliveries")
         constraints = [
             models.UniqueConstraint(fields=["source", "delivery_id"], name="webhook_delivery_once"),
+            models.UniqueConstraint(fields=["source", "body_digest"], name="webhook_delivery_body_once"),
         ]
-        indexes = [models.Index(fields=["received_at"], name="webhook_delivery_received_idx")]
+        indexes = [
+            models.Index(fields=["received_at"], name="webhook_delivery_received_idx"),
+            models.Index(fields=["source", "received_at"], name="webhook_delivery_rate_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.source} delivery {self.delivery_id}"

@@ -357,10 +357,11 @@ def test_the_documented_github_curl_example_works(live_server, calls):
     fixed = script.replace("DELIVERY=$(openssl rand -hex 16)", "DELIVERY=72d3162e-cc78-11e3-81ab-4c9367dc0958")
     assert fixed != script
     outputs = [
-        subprocess.run(["bash", "-euo", "pipefail", "-c", fixed], capture_output=True, text=True, timeout=60).stdout
-        for _ in range(2)
+        subprocess.run(["bash", "-euo", "pipefail", "-c", code], capture_output=True, text=True, timeout=60).stdout
+        for code in (script, fixed)
     ]
-    assert [json.loads(out) for out in outputs] == [{"accepted": 0}, DUPLICATE]
+    # The same signed body again, under a fresh id or another: a duplicate (GitHub signs the body only).
+    assert [json.loads(out) for out in outputs] == [DUPLICATE, DUPLICATE]
     django_wakes.run_due()
     assert calls.ids == [wake.pk]
 
@@ -463,7 +464,7 @@ def test_stripes_secret_is_used_as_text_and_standard_webhooks_as_base64():
     assert post("platform", body.encode(), standard_webhooks_headers(body, message_id="m-enc")).status_code == 200
 
 
-@pytest.mark.parametrize("offset", [-301, 301, -86_400])
+@pytest.mark.parametrize("offset", [-301, -86_400])
 def test_a_stale_timestamp_is_401_where_the_scheme_has_one(offset):
     at = int(time.time()) + offset
     body = json.dumps(stripe_event(f"evt_stale{offset}", "pi_1"))
@@ -474,16 +475,123 @@ def test_a_stale_timestamp_is_401_where_the_scheme_has_one(offset):
     )
     st = post("stripe", body.encode(), stripe_headers(body, at=at))
     assert [(r.status_code, error(r)) for r in (sw, st)] == [(401, "stale_timestamp")] * 2
+    with pytest.raises(stripe.SignatureVerificationError):  # what Stripe's own library says of it too
+        stripe.WebhookSignature.verify_header(body, stripe_headers(body, at=at)["Stripe-Signature"], STRIPE_SECRET, 300)
 
 
-def test_github_has_no_timestamp_so_an_old_delivery_is_refused_by_its_id_alone(settings):
-    """The documented limit: a captured GitHub request verifies whenever it is sent; its delivery id stops it."""
+@pytest.mark.parametrize("offset", [330, 400, 86_400])
+def test_a_stripe_timestamp_ahead_of_the_clock_is_accepted_as_stripes_library_accepts_it(offset, calls):
+    """Stripe's ``construct_event`` checks the past side only: a receiver whose clock lags is not refused."""
+    django_wakes.watch(workspace_id=WS, event_key="stripe:payment_intent:pi_ahead", kind=KIND)
+    at = int(time.time()) + offset
+    body = json.dumps(stripe_event(f"evt_ahead{offset}", "pi_ahead"))
+    header = stripe_headers(body, at=at)["Stripe-Signature"]
+    assert stripe.Webhook.construct_event(body, header, STRIPE_SECRET).id == f"evt_ahead{offset}"
+    assert post("stripe", body.encode(), {"Stripe-Signature": header}).json() == {"accepted": 1}
+    # Standard Webhooks (its library checks both sides) still refuses a timestamp that far ahead.
+    sw = standard_webhooks_headers(SW_BODY, message_id=f"m{offset}", at=datetime.fromtimestamp(at, UTC))
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(SW_SECRET).verify(SW_BODY.encode(), sw)
+    assert error(post("platform", SW_BODY.encode(), sw)) == "stale_timestamp"
+
+
+def test_github_has_no_timestamp_so_an_old_body_is_refused_while_it_is_remembered(settings):
+    """The documented limit: a captured GitHub request verifies whenever it is sent; its remembered body stops it."""
     body = json.dumps(check_suite("c" * 40)).encode()
     headers = github_headers(body, delivery="g-captured")
     assert post("github", body, headers).json() == {"accepted": 0}
-    assert post("github", body, headers).json() == DUPLICATE  # days later: still only its id refuses it
+    assert post("github", body, headers).json() == DUPLICATE  # days later: its id and its body refuse it
+    assert post("github", body, {**headers, "X-GitHub-Delivery": "g-fresh"}).json() == DUPLICATE
     WebhookDelivery.objects.all().delete()  # gc forgot it (30 days by default)
     assert post("github", body, headers).json() == {"accepted": 0}  # verifies again: what the docs warn about
+
+
+def test_300_replays_of_one_github_ping_under_fresh_delivery_ids_store_one_row(calls):
+    """Issue 26, finding 2: GitHub signs the body only, so a fresh X-GitHub-Delivery made a new delivery each time."""
+    ping = json.dumps({"zen": "Design for failure.", "hook_id": 4242, "hook": {"type": "Repository"}}).encode()
+    answers = [post("github", ping, github_headers(ping, delivery=str(uuid.uuid4()), event="ping")).json()]
+    for _ in range(299):
+        answers.append(post("github", ping, github_headers(ping, delivery=str(uuid.uuid4()), event="ping")).json())
+    assert answers[0] == {"accepted": 0}
+    assert answers.count(DUPLICATE) == 299, [a for a in answers[1:] if a != DUPLICATE][:3]
+    # Under another (unsigned) event name the body is refused for what it is, and still nothing is stored.
+    for event in ("push", "check_suite"):
+        response = post("github", ping, github_headers(ping, delivery=str(uuid.uuid4()), event=event))
+        assert (response.status_code, error(response)) == (400, "event_mismatch")
+    assert WebhookDelivery.objects.filter(source="github").count() == 1
+
+
+def test_a_replayed_github_body_under_a_fresh_id_wakes_no_second_watcher(calls):
+    """The captured check_suite of one commit cannot fire the next watcher of that commit under a new id."""
+    sha = "d" * 40
+    first = django_wakes.watch(workspace_id=WS, event_key=f"github:check_suite:{sha}", kind=KIND)
+    body = json.dumps(check_suite(sha)).encode()
+    assert post("github", body, github_headers(body, delivery=str(uuid.uuid4()))).json() == {"accepted": 1}
+    second = django_wakes.watch(workspace_id=WS, event_key=f"github:check_suite:{sha}", kind=KIND)
+    assert post("github", body, github_headers(body, delivery=str(uuid.uuid4()))).json() == DUPLICATE
+    assert django_wakes.run_due().fired == 1
+    assert calls.ids == [first.pk]
+    assert Wake.objects.get(pk=second.pk).fire_at is None
+
+
+@pytest.mark.parametrize(
+    ("event", "body", "seen"),
+    [
+        ("check_suite", check_suite("e" * 40), "check_suite"),
+        ("ping", {"zen": "Keep it logically awesome.", "hook_id": 1}, "ping"),
+        ("push", {"ref": "refs/heads/main", "before": "0" * 40, "after": "e" * 40, "commits": []}, "push"),
+        ("release", {"action": "published", "release": {"id": 1}}, "release"),  # a key of its own name
+        ("star", {"action": "created", "starred_at": None}, None),  # nothing in the body names it
+        ("repository", {"action": "renamed", "repository": {}}, None),  # every body has a repository
+        ("", {"zen": "x", "hook_id": 1}, None),
+    ],
+)
+def test_the_github_event_name_is_believed_as_the_body_confirms_it(settings, event, body, seen):
+    events: list[Any] = []
+    settings.WAKES["WEBHOOKS"]["github"]["MAP"] = lambda delivery: events.append(delivery.event_type)
+    raw = json.dumps(body).encode()
+    assert post("github", raw, github_headers(raw, delivery=str(uuid.uuid4()), event=event)).json() == {"accepted": 0}
+    assert events == [seen]
+
+
+@pytest.mark.parametrize(
+    ("event", "body"),
+    [
+        ("push", check_suite("f" * 40)),  # a signed check_suite body under another name
+        ("check_suite", {"zen": "x", "hook_id": 1}),
+        ("check_run", {"action": "created", "check_run": {}, "deployment_status": {}}),
+        ("pull_request", {"action": "submitted", "pull_request": {}, "review": {}, "number": 1}),
+        ("issues", {"action": "created", "issue": {}, "comment": {}}),
+        ("create", {"ref": "v1", "ref_type": "tag", "pusher_type": "user"}),  # a delete body
+        ("delete", {"ref": "v1", "ref_type": "tag", "master_branch": "main", "pusher_type": "user"}),
+    ],
+)
+def test_a_github_event_name_the_body_contradicts_is_400_and_stores_nothing(calls, event, body):
+    raw = json.dumps(body).encode()
+    response = post("github", raw, github_headers(raw, delivery=str(uuid.uuid4()), event=event))
+    assert (response.status_code, error(response)) == (400, "event_mismatch")
+    assert not WebhookDelivery.objects.exists()
+
+
+@pytest.mark.parametrize("source", ["platform", "github", "stripe"])
+def test_every_scheme_is_capped_per_source_with_429_and_retry_after(settings, source, calls):
+    settings.WAKES["WEBHOOKS"][source].update(MAX_DELIVERIES=2, PER="1h")
+
+    def signed(number: int) -> tuple[bytes, dict[str, str]]:
+        if source == "platform":
+            body = json.dumps({"type": "invoice.paid", "timestamp": "2026-12-01T12:00:00Z", "data": {"id": number}})
+            return body.encode(), standard_webhooks_headers(body, message_id=f"msg_cap{number}")
+        if source == "github":
+            raw = json.dumps(check_suite(f"{number:040x}")).encode()
+            return raw, github_headers(raw, delivery=str(uuid.uuid4()))
+        body = json.dumps(stripe_event(f"evt_cap{number}", f"pi_cap{number}"))
+        return body.encode(), stripe_headers(body)
+
+    statuses = [post(source, *signed(number)) for number in range(3)]
+    assert [r.status_code for r in statuses] == [200, 200, 429]
+    assert error(statuses[2]) == "too_many_deliveries"
+    assert 3590 <= int(statuses[2]["Retry-After"]) <= 3600
+    assert WebhookDelivery.objects.filter(source=source).count() == 2
 
 
 @pytest.mark.parametrize(
@@ -517,9 +625,15 @@ def test_github_has_no_timestamp_so_an_old_delivery_is_refused_by_its_id_alone(s
         ),
         (
             "github",
-            json.dumps({"action": "completed"}).encode(),
+            json.dumps({"action": "completed", "check_suite": {"id": 5}}).encode(),
             lambda b: github_headers(b, delivery="g"),
             "bad_request",
+        ),
+        (
+            "github",
+            json.dumps({"action": "completed"}).encode(),
+            lambda b: github_headers(b, delivery="g"),
+            "event_mismatch",
         ),
         (
             "stripe",

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.handlers.asgi import ASGIRequest
 from django.db import OperationalError
-from django.test import Client
+from django.test import AsyncClient, Client
 
 import django_wakes
 from django_wakes import clock as wakes_clock
@@ -541,6 +542,86 @@ def test_map_returning_too_many_events_is_400(client, clock, settings):
     assert post(client, {"anything": 1}).status_code == 400
 
 
+class Unreadable(dict):  # type: ignore[type-arg]
+    """A Mapping of the host's own that cannot be read."""
+
+    def keys(self) -> Any:
+        raise RuntimeError("cannot list my keys")
+
+
+#: What a MAP may return by mistake: each must be a 400 naming the source, never a 500.
+JUNK_MAP_RETURNS: list[Any] = [
+    {1: "one"},  # the finding: a key that is not a string (TypeError in sorting the unknown fields)
+    {None: 1, "event_key": "k"},
+    {("a", "b"): 1},
+    {1, 2},  # a set
+    "ci:pass:abc",
+    42,
+    b"bytes",
+    object(),
+    iter([event()]),
+    Unreadable(),
+    [event(), 5],
+    [[event()]],
+    event(event_key=7),
+    event(event_key="k\x00"),
+    event(workspace_id=["x"]),
+    event(payload={1: "int key"}),
+    event(payload=float("nan")),
+    event(payload=float("inf")),
+    event(payload={1, 2}),
+    event(payload=object()),
+    event(payload="x" * 2_000_000),  # huge: past INTENT_MAX_BYTES
+    event(payload=json.loads("[" * 200 + "]" * 200)),  # too deep
+    event(retain=object()),
+    event(retain="forever"),
+    event(retain=float("nan")),
+    [event(event_key=f"k{i}") for i in range(webhooks.MAX_EVENTS + 1)],
+]
+
+
+@pytest.mark.parametrize("junk", JUNK_MAP_RETURNS, ids=lambda junk: type(junk).__name__)
+def test_every_junk_map_return_is_a_400_naming_the_source_on_wsgi_and_asgi(clock, settings, junk):
+    """Issue 26, finding 6: a MAP returning a dict with a non-string key (or any junk) was a 500."""
+    settings.WAKES = {**settings.WAKES, "WEBHOOKS": {"ci": {"SECRETS": [NEW], "MAP": lambda delivery: junk}}}
+    body = encode({"anything": 1})
+    answers = [Client().post(URL, data=body, content_type="application/json", **headers(body, delivery="junk"))]
+    signed = {name[5:].replace("_", "-"): value for name, value in headers(body, delivery="junk").items()}
+    answers.append(async_to_sync(AsyncClient().post)(URL, data=body, content_type="application/json", headers=signed))
+    for response in answers:
+        assert (response.status_code, error(response)) == (400, "bad_request"), response.content[:300]
+        assert "The MAP of source 'ci' returned" in response.json()["detail"]
+    assert not WebhookDelivery.objects.exists()
+
+
+# -- 429: a source's deliveries per window ---------------------------------------------------------
+
+
+def test_a_source_past_its_deliveries_per_window_is_429_with_retry_after(client, clock, settings, calls):
+    settings.WAKES["WEBHOOKS"]["ci"].update(MAX_DELIVERIES=3, PER="1h")
+    django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND)
+    answers = []
+    for number in range(3):
+        answers.append(post(client, delivery=f"cap-{number}").json())
+        clock.advance("10m")
+    assert answers == [{"accepted": 1}, {"accepted": 0}, {"accepted": 0}]
+    refused = post(client, delivery="cap-3")
+    assert (refused.status_code, error(refused)) == (429, "too_many_deliveries")
+    assert refused["Retry-After"] == str(30 * 60)  # when the first of the window leaves it
+    assert "'ci'" in refused.json()["detail"]
+    assert WebhookDelivery.objects.count() == 3
+    assert post(client, delivery="cap-0").status_code == 429  # refused before anything is looked up
+    assert post(client, delivery="cap-3", url="/wakes/events/pinned/").json() == {"accepted": 0}  # per source
+    clock.advance("30m")
+    assert post(client, delivery="cap-3").json() == {"accepted": 0}
+    assert WebhookDelivery.objects.filter(source="ci").count() == 4
+
+
+def test_the_default_rate_is_10000_deliveries_an_hour():
+    source = webhooks.get_source("ci")
+    assert source is not None and (source.max_deliveries, source.per) == (10_000, timedelta(hours=1))
+
+
 def test_an_event_may_be_retained_for_a_later_watch(client, clock, calls):
     assert post(client, event(retain="10m"), delivery="early").json() == {"accepted": 0}
     django_wakes.watch(workspace_id=WS, event_key="ci:pass:abc", kind=KIND, since="5m")
@@ -731,6 +812,8 @@ def test_valid_webhooks_pass_the_check(settings):
         == []
     )
     assert e008(settings, {"a": {"SECRETS": ("x",), "MAX_BYTES": 1, "MAP": from_provider}}) == []
+    limited = {"SECRETS": ["x"], "MAP": from_provider, "MAX_DELIVERIES": 1, "PER": timedelta(days=30)}
+    assert e008(settings, {"a": limited, "b": {**limited, "MAX_DELIVERIES": 10**9, "PER": "1s"}}) == []
 
 
 @pytest.mark.parametrize(
@@ -753,6 +836,14 @@ def test_valid_webhooks_pass_the_check(settings):
         {"ci": {"SECRETS": ["ok"], "MAP": "no.such.module"}},
         {"ci": {"SECRETS": ["ok"], "MAP": 3}},
         {"ci": {"SECRET": ["ok"]}},
+        {"ci": {"SECRETS": ["ok"], "MAX_DELIVERIES": 0}},
+        {"ci": {"SECRETS": ["ok"], "MAX_DELIVERIES": "100"}},
+        {"ci": {"SECRETS": ["ok"], "MAX_DELIVERIES": True}},
+        {"ci": {"SECRETS": ["ok"], "MAX_DELIVERIES": 1.5}},
+        {"ci": {"SECRETS": ["ok"], "PER": "soon"}},
+        {"ci": {"SECRETS": ["ok"], "PER": 3600}},
+        {"ci": {"SECRETS": ["ok"], "PER": "0s"}},
+        {"ci": {"SECRETS": ["ok"], "PER": "31d"}},
     ],
 )
 def test_bad_webhooks_are_e008(settings, value):

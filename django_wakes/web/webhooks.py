@@ -9,6 +9,7 @@ Opt-in per source in ``WAKES["WEBHOOKS"]``::
             "WORKSPACE": "acme",                       # optional: every event of this source is acme's
             "MAP": "myapp.hooks.from_ci",              # optional fn(delivery) -> event | [events] | None
             "MAX_BYTES": 65536,                        # optional, default DEFAULT_MAX_BYTES
+            "MAX_DELIVERIES": 10000, "PER": "1h",      # optional: at most this many recorded per window
         },
     }
 
@@ -16,11 +17,14 @@ How a scheme signs is in :mod:`django_wakes.web.webhook_schemes` (one module eac
 scheme, a request is judged in this order, and the first refusal is the answer: an unknown source
 404, anything but POST 405, a body over ``MAX_BYTES`` 413, a missing or wrong signature or a stale
 timestamp 401 (so a sender using the wrong scheme is told about its signature, not its body), then a
-body that is not JSON, a missing or malformed delivery id, or an event that is not valid 400, and an
-event for another workspace than the source's ``WORKSPACE`` 403. Then 200 ``{"accepted": N}``.
+body that is not JSON, a missing or malformed delivery id, an unsigned event name the body contradicts
+(GitHub), or an event (or whatever ``MAP`` returned) that is not valid 400, an event for another
+workspace than the source's ``WORKSPACE`` 403, and a source past its ``MAX_DELIVERIES`` per ``PER``
+429 with ``Retry-After`` (:mod:`.delivery_limits`). Then 200 ``{"accepted": N}``.
 
 A delivery id already accepted is answered 200 ``{"accepted": 0, "duplicate": true}``, with nothing
-delivered again: every sender retries what it did not see acknowledged (Stripe for three days, Svix
+delivered again (and, for GitHub, whose delivery id is not signed, a body already accepted under any
+id): every sender retries what it did not see acknowledged (Stripe for three days, Svix
 for a day, GitHub when asked to), and a 4xx would only make it retry again. The id is inserted
 (:class:`~django_wakes.models.WebhookDelivery`, unique per source) in the transaction that delivers
 the events, so the unique constraint decides between processes racing with one id, and a delivery
@@ -30,9 +34,11 @@ never logged and never put in a message; logs say the source, the delivery id an
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -48,6 +54,7 @@ from ..engine.shared import db_alias
 from ..engine.triggers import deliver_event
 from ..exceptions import InvalidWake, WakeError
 from ..models import WebhookDelivery
+from .delivery_limits import check_rate, limits
 from .json_http import (
     BadRequest,
     json_error,
@@ -57,7 +64,7 @@ from .json_http import (
     refusal,
     refuse_unknown_fields,
 )
-from .webhook_schemes import DEFAULT_SCHEME, SCHEMES, TOLERANCE, Scheme, Unauthorized
+from .webhook_schemes import DEFAULT_SCHEME, SCHEMES, TOLERANCE, EventMismatch, Scheme, Unauthorized
 from .webhook_schemes.wakes import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, signed_text
 
 __all__ = [
@@ -83,7 +90,7 @@ DEFAULT_MAX_BYTES = 256 * 1024
 SOURCE_MAX_LENGTH = WebhookDelivery._meta.get_field("source").max_length or 100
 
 #: The keys a source's settings may have.
-SOURCE_KEYS = {"SECRETS", "SCHEME", "WORKSPACE", "MAP", "MAX_BYTES"}
+SOURCE_KEYS = {"SECRETS", "SCHEME", "WORKSPACE", "MAP", "MAX_BYTES", "MAX_DELIVERIES", "PER"}
 
 #: The fields of an event, in the body or returned by ``MAP``.
 EVENT_FIELDS = {"workspace_id", "event_key", "payload", "retain"}
@@ -128,6 +135,8 @@ class Source:
     map: Mapper | None = None
     scheme: Scheme = SCHEMES[DEFAULT_SCHEME]
     workspace_id: str | None = None
+    max_deliveries: int = 10_000
+    per: timedelta = timedelta(hours=1)
 
 
 def get_source(name: str) -> Source | None:
@@ -143,6 +152,7 @@ def get_source(name: str) -> Source | None:
     if isinstance(mapper, str):
         mapper = import_string(mapper)
     workspace = config.get("WORKSPACE")
+    max_deliveries, per = limits(config)
     return Source(
         name,
         secrets,
@@ -150,6 +160,8 @@ def get_source(name: str) -> Source | None:
         mapper,
         scheme,
         workspace if isinstance(workspace, str) and workspace else None,
+        max_deliveries,
+        per,
     )
 
 
@@ -170,7 +182,12 @@ def read_delivery(source: Source, request: HttpRequest, body: bytes) -> Delivery
     if not isinstance(delivery_id, str) or not source.scheme.delivery_id_pattern.fullmatch(delivery_id):
         hint = source.scheme.delivery_id_hint
         raise BadRequest(400, "bad_delivery_id", f"The delivery id is missing or malformed: {hint}.")
-    kind = source.scheme.event_type(request.headers, data)
+    try:
+        kind = source.scheme.event_type(request.headers, data)
+    except EventMismatch as exc:
+        raise BadRequest(
+            400, "event_mismatch", f"The body is not what the sender sends for a {str(exc)[:60]!r} event."
+        ) from None
     return Delivery(
         source=source.name,
         scheme=source.scheme.name,
@@ -182,11 +199,22 @@ def read_delivery(source: Source, request: HttpRequest, body: bytes) -> Delivery
     )
 
 
+def _from_map(source: Source, problem: str) -> BadRequest:
+    """A 400 for what ``MAP`` returned, naming the source (the host's MAP is at fault, not the sender)."""
+    return BadRequest(400, "bad_request", f"The MAP of source {source.name!r} returned {problem}.")
+
+
 def _event(source: Source, given: Any) -> dict[str, Any]:
     """One event of a delivery, its fields checked and its workspace the source's (403 if it names another)."""
     if not isinstance(given, Mapping):
-        raise BadRequest(400, "bad_request", "MAP did not return an event (a dict), a list of them or None.")
-    data = dict(given)
+        raise _from_map(source, f"a {type(given).__name__}, not an event (a dict), a list of them or None")
+    try:
+        data = dict(given)
+    except Exception:  # noqa: BLE001 - a Mapping of the host's own that cannot be read is junk like any other
+        raise _from_map(source, f"a {type(given).__name__} that cannot be read as a dict") from None
+    if not all(isinstance(name, str) for name in data):
+        odd = next(type(name).__name__ for name in data if not isinstance(name, str))
+        raise _from_map(source, f"an event with a key of type {odd}: event fields are strings")
     refuse_unknown_fields(data, EVENT_FIELDS)
     workspace = data.get("workspace_id")
     if source.workspace_id is not None:
@@ -206,14 +234,14 @@ def events_of(source: Source, delivery: Delivery) -> list[dict[str, Any]]:
     if source.map is not None:
         try:
             given = source.map(delivery)
-        except (InvalidWake, ValueError, LookupError, TypeError) as exc:
+        except (InvalidWake, ValueError, LookupError, TypeError, AttributeError) as exc:
             logger.warning("webhook source=%s MAP refused the body: %s", source.name, type(exc).__name__)
             raise BadRequest(400, "bad_request", "The body is not an event this source maps.") from None
         if given is None:
             return []
     many = isinstance(given, list | tuple)
     if many and len(given) > MAX_EVENTS:
-        raise BadRequest(400, "bad_request", f"MAP returned {len(given)} events; at most {MAX_EVENTS}.")
+        raise _from_map(source, f"{len(given)} events; at most {MAX_EVENTS}")
     return [_event(source, item) for item in (given if many else [given])]
 
 
@@ -221,23 +249,28 @@ class Duplicate(Exception):
     """The delivery id was accepted before: nothing was delivered this time."""
 
 
-def accept(source: Source, delivery_id: str, events: Sequence[dict[str, Any]]) -> int:
+def accept(source: Source, delivery_id: str, events: Sequence[dict[str, Any]], body: bytes) -> int:
     """Record the delivery and deliver its events in one transaction; return how many watchers accepted.
 
-    Raise :class:`Duplicate` if the delivery id was accepted before (the unique constraint decides,
-    even between processes racing with the same id), and a 400 :class:`~.json_http.BadRequest` if an
-    event is not valid; neither leaves a row behind.
+    Raise :class:`Duplicate` if the delivery id was accepted before, or (a scheme whose delivery id is
+    not signed) the very same body: the unique constraints decide, even between processes racing. A
+    source past its rate is a 429 and an event that is not valid a 400 :class:`~.json_http.BadRequest`;
+    none of these leaves a row behind.
     """
     using = db_alias()  # the wakes' database: the delivery row commits or rolls back with the events
+    check_rate(source.name, using, source.max_deliveries, source.per)
+    digest = hashlib.sha256(body).hexdigest() if source.scheme.signs_body_only else None
     try:
         with transaction.atomic(using=using):
             WebhookDelivery.objects.using(using).create(
-                source=source.name, delivery_id=delivery_id, received_at=clock.now()
+                source=source.name, delivery_id=delivery_id, body_digest=digest, received_at=clock.now()
             )
             return sum(deliver_event(**event) for event in events)
     except IntegrityError:
         raise Duplicate(delivery_id) from None
     except WakeError as exc:  # the package's validation (InvalidWake, InvalidIntent): nothing was written
+        if source.map is not None:
+            raise _from_map(source, f"an event that is not valid: {exc}") from None
         raise BadRequest(400, "bad_request", str(exc)) from None
 
 
@@ -256,7 +289,7 @@ def event_webhook(request: HttpRequest, source: str) -> HttpResponseBase:
         verify(config, request, body)
         delivery = read_delivery(config, request, body)
         delivery_id = delivery.id
-        accepted = accept(config, delivery_id, events_of(config, delivery))
+        accepted = accept(config, delivery_id, events_of(config, delivery), body)
     except BadRequest as exc:
         logger.warning("webhook source=%s delivery=%s outcome=%s", config.name, delivery_id, exc.code)
         return refusal(exc)

@@ -22,6 +22,10 @@ FOREIGN_DELIVERY_ID = re.compile(rf"[\x21-\x7e]{{1,{KEY_LENGTH}}}")
 UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
+class EventMismatch(Exception):
+    """The body is not what the sender sends for the event an unsigned header names (answered 400)."""
+
+
 class Unauthorized(Exception):
     """A request to answer 401: no signature, a wrong one, or a timestamp out of tolerance."""
 
@@ -36,7 +40,8 @@ class Scheme:
 
     ``verify(secrets, headers, body, now)`` returns nothing or raises :class:`Unauthorized`;
     ``delivery_id(headers, body)`` and ``event_type(headers, body)`` read the verified request (the
-    body parsed), returning ``None`` when it has none; ``secret_problem(secret)`` says why a
+    body parsed), returning ``None`` when it has none (``event_type`` raises :class:`EventMismatch`
+    when the body contradicts an unsigned event name); ``secret_problem(secret)`` says why a
     configured secret cannot work with this scheme (for the system check), or ``None``.
     """
 
@@ -49,6 +54,8 @@ class Scheme:
     delivery_id_hint: str = f"1 to {KEY_LENGTH} printable ASCII characters without spaces"
     secret_problem: Callable[[str], str | None] = lambda secret: None
     needs_map: bool = False
+    #: The delivery id is not signed (GitHub): a replay is recognised by the body's digest instead.
+    signs_body_only: bool = False
 
 
 def any_matches(expected: Sequence[bytes], given: Sequence[bytes]) -> bool:
@@ -60,9 +67,12 @@ def any_matches(expected: Sequence[bytes], given: Sequence[bytes]) -> bool:
     return matched
 
 
-def check_timestamp(timestamp: int, now: float, header: str) -> None:
-    """Raise :class:`Unauthorized` if ``timestamp`` is more than :data:`TOLERANCE` from ``now``, either way."""
-    if abs(now - timestamp) > TOLERANCE.total_seconds():
+def check_timestamp(timestamp: int, now: float, header: str, *, future: bool = True) -> None:
+    """Raise :class:`Unauthorized` if ``timestamp`` is more than :data:`TOLERANCE` before ``now`` (or after
+    it, unless ``future`` is false: Stripe's own libraries check the past side only)."""
+    late = now - timestamp > TOLERANCE.total_seconds()
+    early = future and timestamp - now > TOLERANCE.total_seconds()
+    if late or early:
         raise Unauthorized(
             "stale_timestamp", f"{header} is more than {TOLERANCE.seconds} seconds from the server's clock."
         )

@@ -5,10 +5,13 @@ the webhook's secret as UTF-8, in hex after ``sha256=``; the legacy SHA-1 ``X-Hu
 ignored. ``X-GitHub-Delivery`` (a GUID, the same when a delivery is redelivered) is the delivery id
 and ``X-GitHub-Event`` the event name (``check_suite``, ``push``, ``ping``...).
 
-GitHub signs no timestamp. A captured request therefore stays valid: the only thing that refuses
-its replay is its delivery id, which is remembered for as long as gc keeps delivery ids (30 days).
-Use HTTPS, and a watcher key that names one commit or object, so that a replay after that can at
-most fire a watcher for that very same event.
+GitHub signs the body alone: no timestamp, and neither ``X-GitHub-Delivery`` nor ``X-GitHub-Event``.
+A captured request therefore stays valid, and can be sent again under a fresh delivery id or another
+event name. So what recognises a replay is what is signed: the SHA-256 of the body, remembered (per
+source, unique) with the delivery id for as long as gc keeps delivery ids (30 days): the same body
+under any delivery id is a duplicate. The event name is believed only as the body confirms it
+(:mod:`.github_events`). After gc forgets a body, a replay verifies again: use HTTPS, and a watcher
+key that names one commit or object, so that it can at most fire a watcher for that very same event.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from django.views.decorators.debug import sensitive_variables
 
 from .base import Scheme, Unauthorized, any_matches
+from .github_events import confirmed
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 DELIVERY_HEADER = "X-GitHub-Delivery"
@@ -52,7 +56,8 @@ def delivery_id(headers: Mapping[str, str], body: dict[str, Any]) -> str:
 
 
 def event_type(headers: Mapping[str, str], body: dict[str, Any]) -> str | None:
-    return headers.get(EVENT_HEADER) or None
+    """``X-GitHub-Event`` as the body confirms it (``None`` if it cannot; :class:`.EventMismatch` if it contradicts)."""
+    return confirmed(headers.get(EVENT_HEADER) or None, body)
 
 
 SCHEME = Scheme(
@@ -63,4 +68,5 @@ SCHEME = Scheme(
     event_type=event_type,
     delivery_id_hint=f"{DELIVERY_HEADER} must be present",
     needs_map=True,
+    signs_body_only=True,
 )
