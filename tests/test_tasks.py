@@ -8,6 +8,7 @@ Every test uses the standard API only (``@task``, ``enqueue``, ``using``, ``get_
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ if not framework_available():
 import django_wakes
 from django_wakes.exceptions import InvalidIntent, WakeError
 from django_wakes.models import Outcome, State, Wake, WakeAttempt
-from django_wakes.tasks import TASK_KIND, WakesBackend
+from django_wakes.tasks import TASK_KIND, WakesBackend, compat
 from django_wakes.tasks.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -116,11 +117,47 @@ def test_enqueue_writes_one_task_wake_and_returns_a_ready_result():
 
 
 def test_arguments_must_be_json_and_nothing_is_written_otherwise():
-    for bad in (object(), float("nan"), {1: "int key"}, "nul\x00"):
+    for bad in (object(), float("nan"), float("-inf"), {1: "a", "1": "b"}, {float("nan"): 1}, "nul\x00"):
         with pytest.raises(InvalidTaskArguments) as caught:
             tasks.record.enqueue(bad)
         assert isinstance(caught.value, TypeError) and isinstance(caught.value, WakeError)
     assert not Wake.objects.exists()
+
+
+def _djangos_backend(name: str) -> Any:
+    """Django's own ImmediateBackend or DummyBackend (django.tasks on Django 6, the backport on 5.2)."""
+    module = "django.tasks.backends" if compat.FRAMEWORK == "django.tasks" else "django_tasks.backends"
+    backend_class = getattr(importlib.import_module(f"{module}.{name.lower()}"), f"{name}Backend")
+    return backend_class(name.lower(), {})
+
+
+def test_argument_keys_and_nan_side_by_side_with_djangos_immediate_and_dummy_backends():
+    """Issue 26: ``{1: "one"}`` was refused by WakesBackend and accepted by Django's in-memory backends.
+
+    Now all three accept it (the task gets ``{"1": "one"}`` here, as from a database backend, and as a
+    returned ``{1: "one"}`` is stored); NaN is the documented difference: the in-memory backends keep the
+    Python float, no database's JSON holds it, and WakesBackend refuses it at ``enqueue()``.
+    """
+    immediate, dummy = _djangos_backend("Immediate"), _djangos_backend("Dummy")
+    wakes = task_backends["default"]
+    assert isinstance(wakes, WakesBackend)
+    keys = {1: "one", 2.5: "half", False: "no", None: "none"}
+
+    ran = immediate.enqueue(tasks.record, (), {"label": keys})
+    assert ran.status == TaskResultStatus.SUCCESSFUL and ran.return_value == keys
+    assert dummy.enqueue(tasks.record, (), {"label": keys}).kwargs == {"label": keys}
+    queued = wakes.enqueue(tasks.record, (), {"label": keys})
+    run()
+    written = {"1": "one", "2.5": "half", "false": "no", "null": "none"}  # as json.dumps writes the keys
+    assert queued.kwargs == {"label": written}
+    assert tasks.record.get_result(queued.id).return_value == written
+
+    nan = float("nan")
+    assert math.isnan(immediate.enqueue(tasks.record, (), {"label": nan}).return_value)
+    assert math.isnan(dummy.enqueue(tasks.record, (), {"label": nan}).kwargs["label"])
+    with pytest.raises(InvalidTaskArguments, match=r"arguments\['kwargs'\]\['label'\] is nan"):
+        wakes.enqueue(tasks.record, (), {"label": nan})
+    assert Wake.objects.count() == 1
 
 
 def test_tuples_and_bytes_are_normalised_as_django_does():

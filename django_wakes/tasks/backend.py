@@ -26,6 +26,7 @@ from ..exceptions import InvalidWake, WakeError
 from ..models import Wake
 from ..validation import json_value, key
 from . import options, results
+from .arguments import string_keys
 from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, normalize_json, task_enqueued
 from .exceptions import InvalidTaskArguments, InvalidTaskOptions
 from .kind import TASK_KIND
@@ -159,11 +160,17 @@ class WakesBackend(BaseTaskBackend):
         return result
 
     def arguments_as_json(self, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
-        """The call's arguments as the JSON the task will get back, or :class:`InvalidTaskArguments`."""
+        """The call's arguments as the JSON the task will get back, or :class:`InvalidTaskArguments`.
+
+        What Django's ``normalize_json`` accepts, keys as JSON writes them (``{1: "one"}`` is given to
+        the task as ``{"1": "one"}``); NaN and infinities refused (:mod:`.arguments` says why).
+        """
         try:
-            normal = normalize_json({"args": list(args), "kwargs": dict(kwargs)})
+            normal = string_keys(normalize_json({"args": list(args), "kwargs": dict(kwargs)}), name="arguments")
         except (TypeError, ValueError) as exc:
             raise InvalidTaskArguments(f"task arguments must be JSON: {exc}") from exc
+        except InvalidWake as exc:
+            raise InvalidTaskArguments(str(exc)) from exc
         try:
             checked = json_value(normal, name="arguments")
         except InvalidWake as exc:

@@ -12,7 +12,6 @@ An ``async def`` task is awaited to its end on an event loop of its own in the r
 
 from __future__ import annotations
 
-import json
 import traceback
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..models import Wake
 from ..sinks import Done, Retry, registry
 from ..validation import json_value
 from . import TASK_KIND, options, results
+from .arguments import string_keys
 from .compat import TaskContext, TaskError, TaskResultStatus, normalize_json, task_finished, task_started
 
 
@@ -90,7 +90,7 @@ def _storable(value: Any) -> Any:
     ``{"1": "one"}``, as Django's backends store it); a ``TypeError`` fails the attempt, as in Django's backends.
     """
     try:
-        return json_value(json.loads(json.dumps(value)), name="the task's return value")
+        return json_value(string_keys(value, name="the task's return value"), name="the task's return value")
     except (InvalidWake, ValueError) as exc:
         raise TypeError(str(exc)) from exc
 
