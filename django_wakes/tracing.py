@@ -4,28 +4,43 @@ Active when ``opentelemetry-api`` is installed (the ``[otel]`` extra) *and* the 
 provider (``trace.set_tracer_provider``, or :func:`use_provider`); otherwise every hook here returns
 at once, nothing is recorded on the wake and ``opentelemetry`` is never imported.
 
-* **Create**: a ``wakes.create`` span (a child of the caller's current span, if any) wraps each
-  insert, and its context is stored on the wake (``Wake.trace_context``, a W3C ``traceparent``
-  carrier, written by the configured propagator). ``schedule_many`` makes one span for the batch.
-  A recurring chain's next occurrence, booked by the runner, starts a trace of its own with a
-  *link* to the previous occurrence's (one trace per occurrence, not one endless trace per chain).
-* **Fire**: each claim is a ``wakes.fire`` span that **continues** the stored context (its parent is
-  the wake's ``wakes.create`` span: one trace from the request to the sink, as Celery's
-  instrumentation does), with children ``wakes.claim``, ``wakes.sink`` (current while the sink
-  runs, so the sink's own spans, and wakes it creates, nest under it) and ``wakes.settle``;
-  attributes ``wakes.wake_id``, ``wakes.kind``, ``wakes.attempt``, ``wakes.lane``,
-  ``wakes.workspace_id``, ``wakes.runner_id``, ``wakes.takeover`` and, when it ends,
-  ``wakes.outcome``. Every attempt of a wake (a retry, a re-drive after a lapsed lease, a retry
-  from the dead letter) reads the same stored context, so all of them are children of the same
-  create span, in one trace.
+Spans follow OpenTelemetry's messaging conventions (a wake is a message, its ``kind`` the
+destination): ``messaging.system`` ``django_wakes``, ``messaging.operation.type`` and ``.name``,
+``messaging.destination.name`` (the kind), ``messaging.message.id`` (the wake's id), ``error.type``
+on failure, names ``<operation> <kind>``; the ``wakes.*`` attributes stay.
 
-A claim is a batch, made before any span of its wakes could be current, so the ``wakes.fire`` and
-``wakes.claim`` spans are given the claim's start and end times; a batched settle likewise.
+* **Create**: a ``create <kind>`` span (PRODUCER) wraps each insert (``schedule_many``: one ``send
+  <kind>`` span for the batch), and its context is stored on the wake (``Wake.trace_context``): the
+  W3C ``traceparent`` and ``tracestate`` only, validated, the tracestate capped at 512 characters and
+  32 members. Never baggage or another propagator's headers: what is stored is written with the W3C
+  propagator whatever the process configured (:func:`carrier_of`).
+* **Whose trace**: the create span is a child of the caller's current span when the caller is the
+  host's own code (a view, a sink, a management command). When the trace came from outside the host
+  (:func:`from_outside`: the package's own surfaces that a sender or a model reaches, the signed
+  webhook and MCP, mark themselves with :func:`foreign_caller`; and any create whose current span
+  is a remote context, or a SERVER span whose parent is remote, as an instrumented request's is), the
+  create span starts a trace of its own with a *link* to the caller's span: a caller can neither
+  choose the trace id the runner's spans carry nor put anything else into the stored context. A
+  recurring chain's next occurrence, booked by the runner, likewise starts a trace of its own linked
+  to the previous occurrence's (one trace per occurrence, not one endless trace per chain).
+* **Fire**: each claim is a ``process <kind>`` span (CONSUMER) that **continues** the stored context
+  (its parent is the wake's create span, and it links to it as the conventions ask: one trace from
+  the host's request to the sink, as Celery's instrumentation does), with children ``receive
+  <kind>`` (the claim), ``wakes.sink`` (current while the sink runs, so the sink's own spans, and
+  wakes it creates, nest under it) and ``settle <kind>``; attributes ``wakes.wake_id``,
+  ``wakes.kind``, ``wakes.attempt``, ``wakes.lane``, ``wakes.workspace_id``, ``wakes.runner_id``
+  (also ``messaging.client.id``), ``wakes.takeover`` and, when it ends, ``wakes.outcome``. Every
+  attempt of a wake reads the same stored context, so all of them are children of one create span.
+
+A claim is a batch, made before any span of its wakes could be current, so the ``process`` and
+``receive`` spans are given the claim's start and end times; a batched settle likewise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import re
 import time
 from collections.abc import Iterator, Mapping
 from types import ModuleType
@@ -37,8 +52,22 @@ if TYPE_CHECKING:
 
 #: The instrumentation scope's name.
 SCOPE = "django_wakes"
-#: Dispositions that mark a ``wakes.fire`` span as an error.
+#: Dispositions that mark a ``process`` span as an error.
 ERROR_OUTCOMES = frozenset({"failed", "dead", "interrupted"})
+#: ``messaging.system``: what the conventions call the messaging system the spans describe.
+SYSTEM = "django_wakes"
+
+#: A W3C ``traceparent`` of version 00: version, trace id, parent id, flags.
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+#: One ``tracestate`` list member (W3C Trace Context: a key and an opaque value of printable ASCII).
+TRACESTATE_MEMBER = re.compile(
+    r"[a-z0-9][a-z0-9_\-*/]{0,240}(@[a-z][a-z0-9_\-*/]{0,13})?=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
+#: The most ``tracestate`` members kept (the W3C limit) and characters (what every vendor must propagate).
+TRACESTATE_MAX_MEMBERS = 32
+TRACESTATE_MAX_LENGTH = 512
+
+_outside: contextvars.ContextVar[bool] = contextvars.ContextVar("django_wakes_trace_from_outside", default=False)
 
 _api: ModuleType | None = None  # opentelemetry.trace, once loaded
 _checked = False
@@ -111,6 +140,75 @@ def enabled() -> bool:
     return tracer() is not None
 
 
+# -- the stored context: W3C traceparent and tracestate only ---------------------------------------------
+
+
+def carrier_of(value: Any) -> dict[str, str] | None:
+    """Return the part of a carrier that may be stored or continued: a valid ``traceparent`` and at most
+    :data:`TRACESTATE_MAX_LENGTH` characters of ``tracestate``; ``None`` if there is no valid traceparent.
+
+    Everything else a propagator writes (``baggage``, B3, a vendor's headers) is left out: it is the
+    caller's to send, not the wake's to keep, and it would be stored outside ``INTENT_MAX_BYTES``.
+    """
+    if not isinstance(value, Mapping):
+        return None
+    parent = value.get("traceparent")
+    found = TRACEPARENT.fullmatch(parent) if isinstance(parent, str) else None
+    if found is None or set(found.group(1)) == {"0"} or set(found.group(2)) == {"0"}:
+        return None
+    kept = {"traceparent": found.group(0)}
+    state = value.get("tracestate")
+    if isinstance(state, str):
+        members: list[str] = []
+        for member in (m.strip(" \t") for m in state.split(",")):
+            if len(members) == TRACESTATE_MAX_MEMBERS:
+                break
+            if TRACESTATE_MEMBER.fullmatch(member) and len(",".join([*members, member])) <= TRACESTATE_MAX_LENGTH:
+                members.append(member)
+        if members:
+            kept["tracestate"] = ",".join(members)
+    return kept
+
+
+@contextlib.contextmanager
+def foreign_caller() -> Iterator[None]:
+    """Mark what runs inside as done for a caller outside the host (a webhook's sender, an MCP client).
+
+    A wake created meanwhile starts a trace of its own, with a link to the caller's span, instead of
+    continuing the caller's trace (:func:`from_outside`). Costs a context variable; imports nothing.
+    """
+    token = _outside.set(True)
+    try:
+        yield
+    finally:
+        _outside.reset(token)
+
+
+def from_outside(span: Any) -> bool:
+    """Whether a create under ``span`` (the current one) is for a caller outside the host.
+
+    True inside :func:`foreign_caller`, when ``span`` is a remote context itself (a carrier extracted
+    and attached with no span of the host's), and when it is a SERVER span whose parent is remote (an
+    incoming request an instrumentation such as OpenTelemetry's Django or ASGI one continued).
+    """
+    if _outside.get():
+        return True
+    context = span.get_span_context()
+    if context.is_remote:
+        return True
+    parent = getattr(span, "parent", None)  # the SDK's spans know it; others do not say
+    return bool(parent is not None and parent.is_remote and getattr(span, "kind", None) == _api.SpanKind.SERVER)  # type: ignore[union-attr]
+
+
+def _messaging(operation: str, kind: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": kind,
+    }
+
+
 # -- create ------------------------------------------------------------------------------------------
 
 
@@ -132,53 +230,77 @@ def creating(
 def _creating(
     found: Any, fields: Mapping[str, Any], count: int, follows: Mapping[str, Any] | None
 ) -> Iterator[dict[str, str] | None]:
-    from opentelemetry import context, propagate, trace
+    from opentelemetry import context, trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+    w3c = TraceContextTextMapPropagator()
     parent = None
     links_found: tuple[Any, ...] = ()
     if follows is not None:
         parent = context.Context()  # a root: each occurrence of a chain is a trace of its own
-        previous = trace.get_current_span(propagate.extract(follows)).get_span_context() if follows else None
+        stored = carrier_of(follows)
+        previous = trace.get_current_span(w3c.extract(stored)).get_span_context() if stored else None
         links_found = (trace.Link(previous),) if previous is not None and previous.is_valid else ()
-    attributes = {"wakes.kind": fields.get("kind", ""), "wakes.workspace_id": fields.get("workspace_id", "")}
+    else:
+        current = trace.get_current_span()
+        caller = current.get_span_context()
+        if caller.is_valid and from_outside(current):
+            parent = context.Context()  # the caller's trace is linked, never continued
+            links_found = (trace.Link(caller, {"wakes.link": "caller"}),)
+    kind = str(fields.get("kind", ""))
+    operation = "create" if count == 1 else "send"
+    attributes = {
+        **_messaging(operation, kind),
+        "wakes.kind": kind,
+        "wakes.workspace_id": fields.get("workspace_id", ""),
+    }
     if count != 1:
         attributes["wakes.count"] = count
+        attributes["messaging.batch.message_count"] = count
     with found.start_as_current_span(
-        "wakes.create", context=parent, kind=trace.SpanKind.PRODUCER, links=links_found, attributes=attributes
+        f"{operation} {kind}", context=parent, kind=trace.SpanKind.PRODUCER, links=links_found, attributes=attributes
     ):
         carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        yield carrier or None
+        w3c.inject(carrier)
+        yield carrier_of(carrier)
 
 
 def created(wake: Wake) -> None:
-    """Name the created wake on the current ``wakes.create`` span."""
+    """Name the created wake on the current ``create`` span."""
     if _api is None or wake.trace_context is None:
         return
     span = _api.get_current_span()
     if span.is_recording():
         span.set_attribute("wakes.wake_id", wake.pk)
+        span.set_attribute("messaging.message.id", str(wake.pk))
 
 
 # -- fire ---------------------------------------------------------------------------------------------
 
 
 def claimed(claims: list[Claim], started_ns: int, ended_ns: int) -> None:
-    """Start a ``wakes.fire`` span per claim (continuing its wake's stored context) and its ``wakes.claim``."""
+    """Start a ``process`` span per claim (continuing its wake's stored context) and its ``receive``."""
     found = tracer()
     if found is None:
         return
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     for claim in claims:
         wake = claim.wake
-        parent = propagate.extract(wake.trace_context) if wake.trace_context else None
+        stored = carrier_of(wake.trace_context)  # a row written before this release may hold more: not read
+        parent = TraceContextTextMapPropagator().extract(stored) if stored else None
+        created = trace.get_current_span(parent).get_span_context() if parent is not None else None
         span = found.start_span(
-            "wakes.fire",
+            f"process {wake.kind}",
             context=parent,
             kind=trace.SpanKind.CONSUMER,
             start_time=started_ns,
+            links=(trace.Link(created),) if created is not None and created.is_valid else (),
             attributes={
+                **_messaging("process", wake.kind),
+                "messaging.message.id": str(wake.pk),
+                "messaging.client.id": claim.runner_id,
                 "wakes.wake_id": wake.pk,
                 "wakes.kind": wake.kind,
                 "wakes.attempt": wake.attempts,
@@ -188,58 +310,83 @@ def claimed(claims: list[Claim], started_ns: int, ended_ns: int) -> None:
                 "wakes.takeover": claim.takeover,
             },
         )
-        found.start_span("wakes.claim", context=trace.set_span_in_context(span), start_time=started_ns).end(
-            end_time=ended_ns
-        )
+        found.start_span(
+            f"receive {wake.kind}",
+            context=trace.set_span_in_context(span),
+            start_time=started_ns,
+            attributes={**_messaging("receive", wake.kind), "messaging.message.id": str(wake.pk)},
+        ).end(end_time=ended_ns)
         claim.trace = span
 
 
 def sink(claim: Claim) -> contextlib.AbstractContextManager[Any]:
-    """Wrap a sink's run: a ``wakes.sink`` span, current while it runs (its exception recorded)."""
+    """Wrap a sink's run: a ``wakes.sink`` span, current while it runs (its exception recorded, and its
+    class, as ``error.type``, on the ``process`` span)."""
     span = claim.trace
     if span is None or _api is None:
         return _NOTHING
-    child = tracer_of(claim).start_span("wakes.sink", context=_api.set_span_in_context(span))
-    using: contextlib.AbstractContextManager[Any] = _api.use_span(
-        child, end_on_exit=True, record_exception=True, set_status_on_exception=True
-    )
-    return using
+    return _sink(claim, span)
+
+
+@contextlib.contextmanager
+def _sink(claim: Claim, span: Any) -> Iterator[None]:
+    child = tracer_of(claim).start_span("wakes.sink", context=_api.set_span_in_context(span))  # type: ignore[union-attr]
+    with _api.use_span(child, end_on_exit=True, record_exception=True, set_status_on_exception=True):  # type: ignore[union-attr]
+        try:
+            yield
+        except BaseException as exc:
+            span.set_attribute("error.type", f"{type(exc).__module__}.{type(exc).__qualname__}")
+            raise
 
 
 def settling(claim: Claim) -> contextlib.AbstractContextManager[Any]:
-    """Wrap a settle of one claim (a failure, a retry, a defer): a ``wakes.settle`` span."""
+    """Wrap a settle of one claim (a failure, a retry, a defer): a ``settle`` span."""
     span = claim.trace
     if span is None or _api is None:
         return _NOTHING
-    child = tracer_of(claim).start_span("wakes.settle", context=_api.set_span_in_context(span))
+    child = tracer_of(claim).start_span(
+        f"settle {claim.wake.kind}",
+        context=_api.set_span_in_context(span),
+        attributes={**_messaging("settle", claim.wake.kind), "messaging.message.id": str(claim.wake.pk)},
+    )
     using: contextlib.AbstractContextManager[Any] = _api.use_span(child, end_on_exit=True)
     return using
 
 
 def settled_together(claims: list[Claim], started_ns: int, ended_ns: int) -> None:
-    """A ``wakes.settle`` span for each claim of a batched settle (one transaction for all of them)."""
+    """A ``settle`` span for each claim of a batched settle (one transaction for all of them)."""
     if _api is None:
         return
     for claim in claims:
         span = claim.trace
         if span is not None:
             child = tracer_of(claim).start_span(
-                "wakes.settle",
+                f"settle {claim.wake.kind}",
                 context=_api.set_span_in_context(span),
                 start_time=started_ns,
-                attributes={"wakes.batch": len(claims)},
+                attributes={
+                    **_messaging("settle", claim.wake.kind),
+                    "messaging.message.id": str(claim.wake.pk),
+                    "wakes.batch": len(claims),
+                },
             )
             child.end(end_time=ended_ns)
 
 
 def finished(claim: Claim, outcome: str) -> None:
-    """End a claim's ``wakes.fire`` span with its outcome (once: later calls do nothing)."""
+    """End a claim's ``process`` span with its outcome (once: later calls do nothing).
+
+    A failed one carries ``error.type``: the class the sink raised (set as it raised), else the outcome
+    (``interrupted``, ``dead`` when a lease lapsed on the last attempt).
+    """
     span = claim.trace
     if span is None or _api is None:
         return
     claim.trace = None
     span.set_attribute("wakes.outcome", str(outcome))
     if str(outcome) in ERROR_OUTCOMES:
+        if "error.type" not in (getattr(span, "attributes", None) or {}):
+            span.set_attribute("error.type", str(outcome))
         span.set_status(_api.Status(_api.StatusCode.ERROR, str(outcome)))
     span.end()
 

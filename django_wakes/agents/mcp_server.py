@@ -28,6 +28,7 @@ from collections.abc import Callable, MutableMapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from ..tracing import foreign_caller
 from .dispatch import adispatch
 from .schemas import tool_definitions
 
@@ -97,13 +98,14 @@ async def _call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         message = f"{REQUEST_ID} must be a non-empty string of at most {REQUEST_ID_MAX_LENGTH} printable characters"
         return {"error": {"code": "invalid_arguments", "message": message, "field": REQUEST_ID}}
     try:
-        return await adispatch(
-            name,
-            args,
-            workspace_id=workspace_id,
-            session_id=session_id,
-            tool_call_id=f"mcp:{request_id}" if request_id is not None else None,
-        )
+        with foreign_caller():  # the MCP client's trace (its _meta traceparent) is linked, never continued
+            return await adispatch(
+                name,
+                args,
+                workspace_id=workspace_id,
+                session_id=session_id,
+                tool_call_id=f"mcp:{request_id}" if request_id is not None else None,
+            )
     except ValueError:
         if request_id is None:
             raise

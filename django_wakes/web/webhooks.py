@@ -54,6 +54,7 @@ from ..engine.shared import db_alias
 from ..engine.triggers import deliver_event
 from ..exceptions import InvalidWake, WakeError
 from ..models import WebhookDelivery
+from ..tracing import foreign_caller
 from .delivery_limits import check_rate, limits
 from .json_http import (
     BadRequest,
@@ -289,7 +290,8 @@ def event_webhook(request: HttpRequest, source: str) -> HttpResponseBase:
         verify(config, request, body)
         delivery = read_delivery(config, request, body)
         delivery_id = delivery.id
-        accepted = accept(config, delivery_id, events_of(config, delivery), body)
+        with foreign_caller():  # a wake MAP creates links to the sender's trace, never continues it
+            accepted = accept(config, delivery_id, events_of(config, delivery), body)
     except BadRequest as exc:
         logger.warning("webhook source=%s delivery=%s outcome=%s", config.name, delivery_id, exc.code)
         return refusal(exc)
