@@ -160,6 +160,19 @@ def test_argument_keys_and_nan_side_by_side_with_djangos_immediate_and_dummy_bac
     assert Wake.objects.count() == 1
 
 
+def test_the_checked_in_memory_backends_meet_the_difference_where_tests_run():
+    """``django_wakes.tasks.checked``: Django's Immediate and Dummy backends with WakesBackend's check."""
+    from django_wakes.tasks import checked
+
+    immediate, dummy = checked.ImmediateBackend("immediate", {}), checked.DummyBackend("dummy", {})
+    assert immediate.enqueue(tasks.record, (), {"label": {1: "one"}}).return_value == {"1": "one"}
+    assert dummy.enqueue(tasks.record, ((1, b"two"),), {}).args == [[1, "two"]]
+    for backend in (immediate, dummy):
+        with pytest.raises(InvalidTaskArguments, match="is nan"):
+            backend.enqueue(tasks.record, (), {"label": float("nan")})
+    assert dummy.results == [dummy.results[0]] and not Wake.objects.exists()
+
+
 def test_tuples_and_bytes_are_normalised_as_django_does():
     result = tasks.record.enqueue(label=(1, b"two"))  # type: ignore[arg-type]
     assert result.kwargs == {"label": [1, "two"]}

@@ -16,7 +16,8 @@ become lists, bytes text), which lets through two things JSON itself does not ha
   database-backed task cannot carry it. ``WakesBackend`` refuses it at ``enqueue()`` with
   :class:`~django_wakes.tasks.exceptions.InvalidTaskArguments`, naming the argument, before anything
   is written: the one documented difference from the in-memory backends, tested side by side with
-  them (``tests/test_tasks.py``).
+  them (``tests/test_tasks.py``). :mod:`django_wakes.tasks.checked` gives the in-memory backends the
+  same check, for a project's tests.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..exceptions import InvalidIntent
+from ..exceptions import InvalidIntent, InvalidWake
+from ..validation import json_value
+from .compat import normalize_json
+from .exceptions import InvalidTaskArguments
 
 
 def _key_text(key: Any) -> str:
@@ -72,3 +76,18 @@ def string_keys(value: Any, *, name: str) -> Any:
             parent[slot] = copied
             stack.extend((copied, index, member) for index, member in enumerate(copied))
     return root[0]
+
+
+def json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Return a call's arguments as the JSON the task will get back; raise :class:`InvalidTaskArguments`."""
+    try:
+        normal = string_keys(normalize_json({"args": list(args), "kwargs": dict(kwargs)}), name="arguments")
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidWake):
+            raise InvalidTaskArguments(str(exc)) from exc
+        raise InvalidTaskArguments(f"task arguments must be JSON: {exc}") from exc
+    try:
+        checked = json_value(normal, name="arguments")
+    except InvalidWake as exc:
+        raise InvalidTaskArguments(str(exc)) from exc
+    return checked["args"], checked["kwargs"]

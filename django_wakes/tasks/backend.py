@@ -24,11 +24,11 @@ from django.utils.module_loading import import_string
 from .. import clock, engine
 from ..exceptions import InvalidWake, WakeError
 from ..models import Wake
-from ..validation import json_value, key
+from ..validation import key
 from . import options, results
-from .arguments import string_keys
-from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, normalize_json, task_enqueued
-from .exceptions import InvalidTaskArguments, InvalidTaskOptions
+from .arguments import json_arguments
+from .compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, task_enqueued
+from .exceptions import InvalidTaskOptions
 from .kind import TASK_KIND
 
 #: The workspace task wakes are written to unless ``OPTIONS["WORKSPACE"]`` names another.
@@ -165,17 +165,7 @@ class WakesBackend(BaseTaskBackend):
         What Django's ``normalize_json`` accepts, keys as JSON writes them (``{1: "one"}`` is given to
         the task as ``{"1": "one"}``); NaN and infinities refused (:mod:`.arguments` says why).
         """
-        try:
-            normal = string_keys(normalize_json({"args": list(args), "kwargs": dict(kwargs)}), name="arguments")
-        except (TypeError, ValueError) as exc:
-            raise InvalidTaskArguments(f"task arguments must be JSON: {exc}") from exc
-        except InvalidWake as exc:
-            raise InvalidTaskArguments(str(exc)) from exc
-        try:
-            checked = json_value(normal, name="arguments")
-        except InvalidWake as exc:
-            raise InvalidTaskArguments(str(exc)) from exc
-        return checked["args"], checked["kwargs"]
+        return json_arguments(args, kwargs)
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         """System checks (the framework runs them): the app is installed, the periodic tasks can be booked."""
