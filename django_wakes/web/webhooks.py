@@ -55,7 +55,7 @@ from ..engine.triggers import deliver_event
 from ..exceptions import InvalidWake, WakeError
 from ..models import WebhookDelivery
 from ..tracing import foreign_caller
-from .delivery_limits import check_rate, limits
+from .delivery_limits import DEFAULT_MAX_DELIVERIES, DEFAULT_PER, check_rate, limits
 from .json_http import (
     BadRequest,
     json_error,
@@ -136,8 +136,8 @@ class Source:
     map: Mapper | None = None
     scheme: Scheme = SCHEMES[DEFAULT_SCHEME]
     workspace_id: str | None = None
-    max_deliveries: int = 10_000
-    per: timedelta = timedelta(hours=1)
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    per: timedelta = DEFAULT_PER
 
 
 def get_source(name: str) -> Source | None:
