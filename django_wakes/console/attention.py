@@ -6,6 +6,8 @@
   the kind's recent fired attempts, and at least :data:`HUNG_FLOOR`.
 * **Held by its lane**: a due pending wake whose lane fires another wake first: the firing wake that holds
   the lane (hung, lapsed or just running), or the pending wake at the lane's head (unwakeable, say).
+* **No runner is running**: no ``Runner`` row has a recent heartbeat (``runner_heartbeat_idx``, the rule
+  of :func:`~django_wakes.querysets.live_since`): every due wake waits, whatever its kind.
 * **Unwakeable**: a due pending wake (or a lapsed firing one) whose kind no live runner fires. Each
   ``runwakes`` records the kinds it has sinks for (``Runner.kinds``) when it registers; the union over
   live runners is what can fire. The process asking (the admin's web server) may register different
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime, timedelta
+from functools import cached_property
 from statistics import median
 
 from django.http import HttpResponse
@@ -30,7 +33,7 @@ from django.template.response import TemplateResponse
 from .. import clock
 from ..conf import wakes_settings
 from ..models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
-from ..querysets import WakeQuerySet
+from ..querysets import WakeQuerySet, live_since
 from ..sinks import registry
 from . import reads
 
@@ -46,6 +49,8 @@ MIN_SAMPLES = 5
 PAUSED_LIMIT = 1000
 #: At most this many firing wakes are examined (more firing at once than this is itself the news).
 FIRING_LIMIT = 1000
+#: At most this many kinds of unwakeable wakes are looked for (one bounded query each) for the kind filter.
+KIND_PROBES = 20
 #: What is read of a wake that holds up its lane: enough to say why (never its payloads).
 BLOCKER_FIELDS = (
     "id",
@@ -83,6 +88,25 @@ class Attention:
         self._paused: frozenset[str] | None = None
         self._holders: dict[str, Wake | None] = {}
         self._heads: dict[str, Wake | None] = {}
+        self._unwakeable_kinds: list[str] | None = None
+
+    # -- runners ------------------------------------------------------------------------------------
+
+    @cached_property
+    def last_runner(self) -> Runner | None:
+        """The runner whose heartbeat is the latest, live or not (None: no runner row at all)."""
+        return Runner.objects.using(reads.alias()).order_by("-heartbeat_at").first()
+
+    @property
+    def no_runner(self) -> bool:
+        """Whether no runner is running: no heartbeat recent enough (every due wake waits for one to start)."""
+        last = self.last_runner
+        return last is None or last.heartbeat_at < live_since(self.now)
+
+    def waits_for_a_runner(self, wake: Wake) -> bool:
+        """Whether this wake is due (or its lease lapsed) while no runner is running to fire it."""
+        due = wake.state == State.PENDING and wake.due_at is not None and wake.due_at <= self.now
+        return (due or self.lapsed(wake)) and self.no_runner
 
     # -- unwakeable ---------------------------------------------------------------------------------
 
@@ -118,6 +142,25 @@ class Attention:
             wake.state == State.FIRING and wake.lease_until is not None and wake.lease_until <= self.now
         )
         return waiting and wake.kind not in self.fireable_kinds
+
+    def unwakeable_kinds(self) -> list[str]:
+        """The kinds of the unwakeable wakes (at most :data:`KIND_PROBES`), sorted: for the kind filter.
+
+        One ``LIMIT 1`` query per kind found, each leaving out the kinds already known, so a kind with
+        a million stranded wakes does not hide another with one. Each reads the due pending (and lapsed
+        firing) rows by their partial indexes, as the "unwakeable" filter does; no scan of the table.
+        """
+        if self._unwakeable_kinds is None:
+            found: list[str] = []
+            stranded = Wake.objects.using(reads.alias()).order_by()
+            for _probe in range(KIND_PROBES):
+                kind = stranded.unwakeable(self.now, [*self.fireable_kinds, *found]).values_list("kind", flat=True)
+                first = list(kind[:1])
+                if not first:
+                    break
+                found.append(first[0])
+            self._unwakeable_kinds = sorted(found)
+        return self._unwakeable_kinds
 
     # -- paused lanes -------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 
 from .. import clock
 from . import reads, stats
+from .advice import runner_status
 from .attention import Attention
 from .display import moment
 
@@ -99,6 +100,7 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "missed": sorted(overview.missed_day.items()),
         "runners": _runner_rows(overview.runners, overview.now),
         "read_lag": reads.replica_lag(),
+        "runner_status": runner_status(Attention(overview.now)),
     }
     return TemplateResponse(request, "admin/django_wakes/dashboard.html", context)
 

@@ -7,13 +7,15 @@ reads the same everywhere.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
@@ -23,6 +25,8 @@ from .attention import Attention, seconds
 SUMMARY_CHARS = 80
 #: Keys and paths longer than this are cut in the list (the whole value is on hover): no horizontal scroll.
 KEY_CHARS = 28
+#: A line-break opportunity (a constant: no data in it).
+WBR = SafeString("<wbr>")
 #: The kind of the Django Tasks backend's wakes: their intent is ``{"task", "args", "kwargs"}``.
 TASK_KIND = "django_wakes.task"
 
@@ -55,6 +59,21 @@ def shorten(text: str, chars: int = KEY_CHARS) -> str:
     return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(chars))
 
 
+def key_html(text: str, chars: int = KEY_CHARS) -> str:
+    """A lane or event key for a narrow column: cut to ``chars`` (whole on hover), breakable only after ``:`` and ``/``.
+
+    ``session:acme:mcp-s1`` then wraps as ``session:acme:`` / ``mcp-s1`` when its column is narrow, never
+    inside a name (the browser would otherwise break it at the hyphen): each part is a ``<span>`` the
+    console's style keeps on one line, with a ``<wbr>`` between them.
+    """
+    shown = text if len(text) <= chars else Truncator(text).chars(chars)
+    parts = re.split(r"(?<=[:/])", shown)
+    breakable = format_html_join(WBR, "<span>{}</span>", ((part,) for part in parts if part))
+    if shown == text:
+        return format_html('<span class="wake-key">{}</span>', breakable)
+    return format_html('<span class="wake-key" title="{}">{}</span>', text, breakable)
+
+
 def moment(value: datetime | None, *, zone: bool = False) -> str:
     """A time to the second in the operator's time zone, with UTC on hover."""
     if value is None:
@@ -63,6 +82,26 @@ def moment(value: datetime | None, *, zone: bool = False) -> str:
     shown = local.strftime("%Y-%m-%d %H:%M:%S") + (f" {local.tzname()}" if zone else "")
     utc = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), utc, shown)
+
+
+def clock_time(value: datetime | None, now: datetime) -> str:
+    """A time for a list cell: ``07:05:30`` when it falls on today's date (operator's zone), else with its date.
+
+    To the second like :func:`moment`, with UTC (and the date) on hover; the list's rows are mostly
+    today's, and the date on each of them cost the columns ~80 px at 1440 px. Another day's date may
+    sit on its own line above the time in a narrow column (it never breaks at its hyphens).
+    """
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    utc = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    hms = local.strftime("%H:%M:%S")
+    if local.date() == timezone.localtime(now).date():
+        return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), utc, hms)
+    date = local.strftime("%Y-%m-%d")
+    return format_html(
+        '<time datetime="{}" title="{}"><span class="wake-date">{}</span> {}</time>', value.isoformat(), utc, date, hms
+    )
 
 
 def compact_duration(delta: timedelta) -> str:
@@ -78,17 +117,24 @@ def compact_duration(delta: timedelta) -> str:
     return "".join(parts)
 
 
-def describe_trigger(wake: Wake) -> str:
-    """The trigger as what it is: ``cron "0 9 * * MON-FRI" (Europe/Paris)``, ``every 5m``, ``at …``, ``event …``."""
+def describe_trigger(wake: Wake, now: datetime | None = None) -> str:
+    """The trigger as what it is: ``cron "0 9 * * MON-FRI" (Europe/Paris)``, ``every 5m``, ``at …``, ``event …``.
+
+    With ``now`` (the list), written for a narrow column: a time without today's date, keys and zones
+    breakable after ``:`` and ``/``.
+    """
+    listed = now is not None
     if wake.trigger_type == TriggerType.ON_EVENT:
-        return format_html("event {}", shorten(wake.event_key or "?"))
+        return format_html("event {}", key_html(wake.event_key or "?") if listed else shorten(wake.event_key or "?"))
     if wake.trigger_type == TriggerType.ON_APPROVAL:
         return format_html("{}", _("approval"))
     if wake.cron:
-        return chain_link(wake, format_html('cron "{}" ({})', wake.cron, wake.tz or "UTC"))
+        zone = wake.tz or "UTC"
+        return chain_link(wake, format_html('cron "{}" ({})', wake.cron, key_html(zone, 64) if listed else zone))
     if wake.every is not None:
         return chain_link(wake, format_html("every {}", compact_duration(wake.every)))
-    return format_html('<span class="wake-nowrap">at {}</span>', moment(wake.fire_at))
+    at = clock_time(wake.fire_at, now) if now is not None else moment(wake.fire_at)
+    return format_html('<span class="wake-nowrap">at {}</span>', at)
 
 
 def chain_link(wake: Wake, text: str) -> str:
@@ -127,7 +173,7 @@ def wake_link(wake_id: int) -> str:
 
 
 def why(wake: Wake, attention: Attention) -> str:
-    """The note an operator reads first: hung, unwakeable, held by its lane, dead, the last error, or how late."""
+    """The note an operator reads first: hung, unwakeable, paused, no runner, held by its lane, dead, failing, late."""
     hung = attention.hung_reason(wake)
     if hung:
         return format_html('<strong class="wake-hung">{} {}</strong>', _("hung:"), hung)
@@ -138,6 +184,16 @@ def why(wake: Wake, attention: Attention) -> str:
             '<strong class="wake-paused">{}</strong>',
             _("lane %(lane)s is paused: it fires once the lane is resumed") % {"lane": wake.serial_key},
         )
+    now = attention.now
+    if attention.waits_for_a_runner(wake):
+        if wake.state == State.FIRING:
+            waiting = lapsed_text(wake, now)
+        elif wake.last_error:
+            waiting = retry_text(wake, now)
+        else:
+            waiting = str(_("due for %(span)s") % {"span": seconds(now - (wake.due_at or now))})
+        shown = format_html('<strong class="wake-no-runner">{}</strong> {}', _("no runner is running:"), waiting)
+        return format_html("{} · {}", shown, error_line(wake.last_error)) if wake.last_error else shown
     blocker = attention.lane_blocker(wake)
     if blocker is not None:
         return held_by(blocker, attention)
@@ -149,10 +205,11 @@ def why(wake: Wake, attention: Attention) -> str:
             _("dead:"),
             Truncator(line).chars(SUMMARY_CHARS),
         )
+    if wake.last_error and wake.state == State.PENDING:
+        retry = retry_text(wake, now)
+        return format_html('<span class="wake-retry">{}</span> · {}', retry, error_line(wake.last_error))
     if wake.last_error:
-        line = last_line(wake.last_error)
-        return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))
-    now = attention.now
+        return error_line(wake.last_error)
     if wake.state == State.PENDING and wake.due_at is not None and wake.due_at < now:
         return _("due for %(span)s") % {"span": seconds(now - wake.due_at)}
     if attention.lapsed(wake) and wake.lease_until is not None:
@@ -167,8 +224,27 @@ def why(wake: Wake, attention: Attention) -> str:
     return ""
 
 
+def error_line(error: str) -> str:
+    """The last line of an error, cut to fit a cell, whole on hover."""
+    line = last_line(error)
+    return format_html('<span title="{}">{}</span>', line, Truncator(line).chars(SUMMARY_CHARS))
+
+
+def retry_text(wake: Wake, now: datetime) -> str:
+    """A failing wake's next attempt: ``retry 3 of 5 at 07:05:30``, or ``retry 3 of 5 due for 4.5s`` once due."""
+    numbers = {"next": wake.attempts + 1, "max": wake.max_attempts}
+    if wake.due_at is None or wake.due_at > now:
+        return format_html("{} {}", _("retry %(next)d of %(max)d at") % numbers, clock_time(wake.due_at, now))
+    return str(_("retry %(next)d of %(max)d due for %(span)s") % {**numbers, "span": seconds(now - wake.due_at)})
+
+
 def unwakeable_text(wake: Wake) -> str:
     return str(_("unwakeable: no live runner fires kind %(kind)s") % {"kind": wake.kind})
+
+
+def unwakeable_choice(kind: str) -> str:
+    """A kind filter's choice for a kind with due wakes that no live runner fires: the kind, marked."""
+    return str(_("%(kind)s (unwakeable: no live runner fires it)") % {"kind": kind})
 
 
 def lapsed_text(wake: Wake, now: datetime) -> str:

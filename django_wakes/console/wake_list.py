@@ -25,8 +25,9 @@ from ..models import State, Wake
 from ..querysets import WakeQuerySet
 from ..sinks import registry
 from . import reads
+from .advice import runner_status
 from .attention import Attention, current_attention, rendered_with_attention
-from .display import describe_trigger, moment, shorten, task_call, why
+from .display import clock_time, describe_trigger, key_html, shorten, task_call, unwakeable_choice, why
 from .forms import PauseLaneForm
 
 if TYPE_CHECKING:
@@ -81,18 +82,21 @@ class KindFilter(admin.SimpleListFilter):
     """Kinds to filter by, from the sink registries (this process's and the live runners'), not the table.
 
     Django's own field filter asks ``SELECT DISTINCT kind`` of the whole table on every list view.
-    A kind nobody registers is still reachable by search (its prefix) or ``?kind=...``.
+    A kind no live runner fires that has due wakes is listed too, marked unwakeable
+    (:meth:`Attention.unwakeable_kinds`); any other is reachable by search (its prefix) or ``?kind=...``.
     """
 
     title = _("kind")
     parameter_name = "kind"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, StrOrPromise]]:
-        kinds = set(registry.kinds()) | set(Attention().fireable_kinds)
+        attention = current_attention()
+        kinds: dict[str, StrOrPromise] = {kind: kind for kind in {*registry.kinds(), *attention.fireable_kinds}}
+        kinds.update((kind, unwakeable_choice(kind)) for kind in attention.unwakeable_kinds())
         chosen = self.value()
         if chosen:
-            kinds.add(chosen)
-        return [(kind, kind) for kind in sorted(kinds)]
+            kinds.setdefault(chosen, chosen)
+        return sorted(kinds.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Wake]) -> QuerySet[Wake] | None:
         return queryset.filter(kind=self.value()) if self.value() else None
@@ -152,6 +156,7 @@ class WakeList(ModelAdmin):
             "operator_zone": timezone.get_current_timezone_name(),
             "count_cap": COUNT_CAP,
             "read_lag": reads.replica_lag() if reads.for_listing(request) else None,
+            "runner_status": lambda: runner_status(current_attention()),  # read while the page renders
         }
         return rendered_with_attention(lambda: super(WakeList, self).changelist_view(request, context))
 
@@ -194,14 +199,14 @@ class WakeList(ModelAdmin):
 
     @admin.display(description=_("trigger"))
     def trigger(self, wake: Wake) -> str:
-        return describe_trigger(wake)
+        return describe_trigger(wake, current_attention().now)
 
     @admin.display(description=_("lane"), ordering="serial_key")
     def lane(self, wake: Wake) -> str:
         if not wake.serial_key:
             return "-"
         url = reverse("admin:django_wakes_lanes") + "?" + PauseLaneForm.query_for(wake.serial_key)
-        return format_html('<a href="{}">{}</a>', url, shorten(wake.serial_key))
+        return format_html('<a href="{}">{}</a>', url, key_html(wake.serial_key))
 
     @admin.display(description=_("workspace"), ordering="workspace_id")
     def workspace(self, wake: Wake) -> str:
@@ -213,11 +218,12 @@ class WakeList(ModelAdmin):
 
         The state column says which, so the cell holds the time alone (one line at 1440 px).
         """
+        now = current_attention().now
         if wake.state == State.PENDING:
-            return moment(wake.due_at)
+            return clock_time(wake.due_at, now)
         if wake.state == State.FIRING:
-            return moment(wake.claimed_at)
-        return moment(wake.settled_at or wake.updated_at)
+            return clock_time(wake.claimed_at, now)
+        return clock_time(wake.settled_at or wake.updated_at, now)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_of_max(self, wake: Wake) -> str:

@@ -18,8 +18,9 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import clock
 from ..models import State, Wake, WakeAttempt
+from .advice import next_step
 from .attention import current_attention, rendered_with_attention, seconds
-from .display import chain_link, error_details, moment, pretty_json, runner_link, task_call, why
+from .display import chain_link, describe_trigger, error_details, moment, pretty_json, runner_link, task_call, why
 from .operations import OPERATIONS, OperatorMixin
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class WakeAttemptInline(AttemptInline):
     can_delete = False
     show_change_link = False
     verbose_name_plural = _("attempt history")
+    template = "admin/django_wakes/wake/attempt_history.html"  # the rows without a caption each
     fields = ("number", "outcome", "runner", "fence", "started", "took", "error_type", "error_details")
     readonly_fields = fields
     ordering = ("number", "id")
@@ -89,7 +91,7 @@ class WakePage(OperatorMixin):
     change_form_template = "admin/django_wakes/wake/change_form.html"
     # token_hash, claim_token and coalesce_key are deliberately absent.
     fieldsets = (
-        (None, {"fields": ("id", "state", "why_now", "trigger", "what_it_does", "in_flight")}),
+        (None, {"fields": ("id", "state", "why_now", "next_step", "trigger_as_written", "what_it_does", "in_flight")}),
         (_("Identity"), {"fields": ("kind", "workspace_id", "session_id", "lane", "queue_name", "priority")}),
         (
             _("Timing"),
@@ -127,7 +129,7 @@ class WakePage(OperatorMixin):
     readonly_fields = tuple(str(field) for _title, options in fieldsets for field in options["fields"])
     #: Shown on every wake's page; any other field is left out while it is empty, or at a default that says nothing.
     always_shown = frozenset(
-        {"id", "state", "trigger", "kind", "workspace_id", "queue_name", "attempts", "max_attempts"}
+        {"id", "state", "trigger_as_written", "kind", "workspace_id", "queue_name", "attempts", "max_attempts"}
     )
     #: Defaults that say nothing: priority 0, created by no sink (depth 0), never claimed (fence 0).
     silent_defaults: dict[str, object] = {"priority": 0, "depth": 0, "fence": 0}
@@ -190,6 +192,15 @@ class WakePage(OperatorMixin):
     @admin.display(description=_("why"))
     def why_now(self, wake: Wake) -> str:
         return why(wake, current_attention()) or "-"
+
+    @admin.display(description=_("next step"))
+    def next_step(self, wake: Wake) -> str:
+        return next_step(wake, current_attention()) or "-"
+
+    @admin.display(description=_("trigger"))
+    def trigger_as_written(self, wake: Wake) -> str:
+        """The wake page's trigger: its times with their date (the list leaves today's out)."""
+        return describe_trigger(wake)
 
     @admin.display(description=_("what it does"))
     def what_it_does(self, wake: Wake) -> str:
