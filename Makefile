@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: demo test lint bench clean migrations-check release-check
+.PHONY: demo test test-all lint bench clean migrations-check release-check release
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,19 @@ demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py wakes_demo
 
-## test: the suite on SQLite, then on PostgreSQL and MariaDB where reachable (required when CI=true),
-## with the browser tests in Chromium (installed by scripts/install-browser; required when CI=true)
+## test: the everyday loop (about 7-10 min on 2 cores): the unit and integration tests on SQLite, then
+## PostgreSQL where reachable (WAKES_TEST_DBS picks others), leaving out the suites that start real runner
+## processes, Chromium, PgBouncer, broken servers, a Patroni cluster or fresh virtualenvs (make test-all)
+EVERYDAY := not multiprocess and not browser and not pgbouncer and not install
 test: $(STAMP)
+	WAKES_TEST_DBS="$${WAKES_TEST_DBS:-sqlite postgres}" WAKES_TEST_MARK="$${WAKES_TEST_MARK:-$(EVERYDAY)}" \
+		WAKES_PARALLEL=1 WAKES_FAULTS=0 WAKES_HA=0 WAKES_INSTALL=0 PYTHON=$(PY) bash scripts/run-tests
+
+## test-all: everything CI runs (.ci/run calls it): the whole suite on SQLite, PostgreSQL and MariaDB where
+## reachable (required when CI=true), the browser tests in Chromium (installed by scripts/install-browser;
+## required when CI=true), the PgBouncer test, the fault and HA suites, and the README's install and quick
+## start in fresh virtualenvs (tens of minutes)
+test-all: $(STAMP)
 	bash scripts/install-browser || [ "$${CI:-}" != "true" ]
 	bash scripts/install-pgbouncer || [ "$${CI:-}" != "true" ]
 	bash scripts/install-patroni || [ "$${CI:-}" != "true" ]
@@ -67,5 +77,15 @@ bench:
 release-check: $(STAMP)
 	$(PY) scripts/wheel_smoke.py
 
+## release: release-check, then build the sdist and wheel into dist/, `twine check --strict` them, check the
+## version (django_wakes.__version__) has its CHANGELOG.md section, and print the `twine upload` command to
+## run by hand: nothing is uploaded from here
+release: release-check
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	$(PY) scripts/release_notes.py
+	@echo "To publish, by hand: $(PY) -m twine upload dist/*"
+
 clean:
-	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache
+	rm -rf $(VENV) testproject.sqlite3 .test.sqlite3* .pytest_cache build dist

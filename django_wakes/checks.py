@@ -30,6 +30,7 @@ Beyond ``WAKES`` (each in a function of its own):
 | W005 | the approval pages are routed but LOGIN_URL leads to no URL pattern: an approver's first click is a 404 |
 | W006 | LOGIN_URL's view renders a template that does not exist (a bare ``LoginView``): a 500 |
 | E011 | TASKS names ``WakesBackend`` but no Tasks framework imports (Django 5.2 without ``[tasks]``) |
+| E016 | ``check --database <alias>``: django-wakes' migrations are not all applied there (run ``migrate``) |
 
 A check never raises: whatever a setting holds, the result is messages (``manage.py check`` exits
 non-zero on an error, and ``runwakes`` refuses to start with it), never a traceback. ``AppConfig.ready``
@@ -39,6 +40,7 @@ skips what it cannot load (a ``SINKS`` entry that does not import) and leaves th
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,6 +48,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import router
 from django.shortcuts import resolve_url
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
@@ -522,3 +525,25 @@ def check_tasks_backend(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
         for alias, config in tasks.items()
         if isinstance(config, dict) and str(config.get("BACKEND", "")).startswith(TASKS_BACKEND_PREFIX)
     ]
+
+
+@register(Tags.database)
+def check_migrated(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E016: django-wakes' migrations are not all applied on a database ``check --database`` names.
+
+    Like Django's own database checks it runs only when asked for databases; and it stays silent
+    under ``manage.py migrate`` (which runs the database checks first), the command that fixes it.
+    """
+    from .engine.schema import not_migrated_message, unapplied_migrations
+    from .models import Wake
+
+    if not databases or sys.argv[1:2] == ["migrate"]:
+        return []
+    messages: list[CheckMessage] = []
+    for alias in databases:
+        if not router.allow_migrate_model(alias, Wake):
+            continue
+        missing = unapplied_migrations(alias)
+        if missing:
+            messages.append(Error(not_migrated_message(alias, missing), id="django_wakes.E016"))
+    return messages

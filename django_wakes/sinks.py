@@ -95,6 +95,8 @@ class SinkRegistry:
 
     def __init__(self) -> None:
         self._sinks: dict[str, Sink] = {}
+        # WAKES["SINKS"] entries that did not load at start-up: kind -> why (what E005 reports).
+        self._unloaded: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def register(self, kind: str, fn: Sink, *, replace: bool = False) -> Sink:
@@ -118,6 +120,7 @@ class SinkRegistry:
         """Forget every registered sink (for tests)."""
         with self._lock:
             self._sinks.clear()
+            self._unloaded.clear()
 
     def snapshot(self) -> dict[str, Sink]:
         """Return a copy of the registrations, to hand back to :meth:`restore` later (for tests)."""
@@ -153,16 +156,35 @@ class SinkRegistry:
         ``django_wakes.E005`` reports it, naming the setting and the value (``runwakes`` refuses to
         start with it); a wake of that kind waits, unwakeable, as for any kind without a sink.
         """
+        self._unloaded.clear()
         table = wakes_settings.get("SINKS")
         if not isinstance(table, dict):
             return
         for kind, path in table.items():
             try:
                 fn = import_string(path) if isinstance(path, str) else path
-                if callable(fn):
-                    self.register(kind, fn, replace=True)
-            except Exception:  # noqa: BLE001 - reported by the system check, not as a traceback from ready()
+                if not callable(fn):
+                    raise TypeError(f"it is a {type(fn).__name__}, not a callable")
+                self.register(kind, fn, replace=True)
+            except Exception as exc:  # noqa: BLE001 - reported by the system check, not as a traceback from ready()
                 logger.debug("WAKES['SINKS'][%r] = %r not loaded", kind, path, exc_info=True)
+                if isinstance(kind, str):
+                    problem = f"{type(exc).__name__}: {exc!s:.200}"
+                    self._unloaded[kind] = f"WAKES['SINKS'][{kind!r}] = {path!r:.200} did not load ({problem})"
+
+    def why_missing(self, kind: str) -> str:
+        """Why no sink fires ``kind``, for :class:`~django_wakes.exceptions.UnknownKind`'s message.
+
+        A ``WAKES["SINKS"]`` entry that failed to load is named with its error (what ``manage.py check``
+        reports as ``django_wakes.E005``), so the message leads to the cause rather than to the kind.
+        """
+        if kind == SESSION_TURN:
+            return " (set WAKES['SPAWN_TURN'] to enable it)"
+        with self._lock:
+            unloaded = self._unloaded.get(kind)
+        if unloaded is not None:
+            return f": {unloaded} (manage.py check reports it as django_wakes.E005)"
+        return ""
 
 
 def _session_turn(wake: Wake, result: dict[str, Any]) -> Any:

@@ -124,3 +124,143 @@ TEMPLATES = [
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_an_overridable_template_keeps_its_name(name):
     assert get_template(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Beyond import paths: the migrations, settings, check ids and result keys the docs name (issue 27, item 4)
+# --------------------------------------------------------------------------------------------------
+
+SOURCE = ROOT / "django_wakes"
+MIGRATIONS = sorted(path.stem for path in (SOURCE / "migrations").glob("0*.py"))
+
+#: ``0004_session_is_workspace_and_id``; ``migration 0013``, ``migrations 0016/0017`` (a number alone).
+MIGRATION_NAME = re.compile(r"\b(\d{4}_[a-z][a-z0-9_]*)\b")
+MIGRATION_NUMBERS = re.compile(r"\bmigrations? `?(\d{4}(?:`?(?:/|, | and )`?\d{4})*)")
+#: A row of the history table in docs/architecture.md names the pre-release migrations the squash replaced.
+SQUASHED_HISTORY = "one generated `0001_initial`"
+
+
+def documented_migrations() -> list[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for document in DOCUMENTS:
+        for line in document.read_text().splitlines():
+            if SQUASHED_HISTORY in line:
+                continue
+            found.update((name, document.name) for name in MIGRATION_NAME.findall(line))
+            for numbers in MIGRATION_NUMBERS.findall(line):
+                found.update((number, document.name) for number in re.findall(r"\d{4}", numbers))
+    return sorted(found)
+
+
+@pytest.mark.parametrize(("migration", "document"), documented_migrations())
+def test_a_documented_migration_exists(migration, document):
+    assert any(name == migration or name.startswith(f"{migration}_") for name in MIGRATIONS), (
+        f"{document} names migration {migration}; django_wakes/migrations has {MIGRATIONS}"
+    )
+
+
+def documented_settings() -> list[tuple[str, str]]:
+    """``WAKES["X"]`` in text, and the keys of ``WAKES = {...}`` in the Python blocks that parse."""
+    import ast
+
+    found: set[tuple[str, str]] = set()
+    for document in DOCUMENTS:
+        text = document.read_text()
+        found.update((name, document.name) for name in re.findall(r"WAKES\[[\"']([A-Za-z_]+)[\"']\]", text))
+        for block in re.findall(r"```python\n(.*?)```", text, re.S):
+            try:
+                tree = ast.parse(block)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "WAKES" for t in node.targets)
+                    and isinstance(node.value, ast.Dict)
+                ):
+                    found.update(
+                        (key.value, document.name)
+                        for key in node.value.keys
+                        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                    )
+    return sorted(found)
+
+
+def test_the_docs_name_settings_in_both_forms():
+    names = {name for name, _ in documented_settings()}
+    assert {"LEASE", "SINKS", "SPAWN_TURN", "AUTHORIZE"} <= names, names
+
+
+@pytest.mark.parametrize(("setting", "document"), documented_settings())
+def test_a_documented_setting_exists(setting, document):
+    from django_wakes.conf import DEFAULTS
+
+    assert setting in DEFAULTS, f"{document} names WAKES[{setting!r}], which django_wakes.conf does not know"
+
+
+def documented_check_ids() -> list[tuple[str, str]]:
+    pattern = re.compile(r"\bdjango_wakes\.(?:tasks\.)?[EW]\d{3}\b")
+    return sorted({(m.group(0), d.name) for d in DOCUMENTS for m in pattern.finditer(d.read_text())})
+
+
+@pytest.mark.parametrize(("check_id", "document"), documented_check_ids())
+def test_a_documented_check_id_is_reported_by_some_check(check_id, document):
+    source = "\n".join(path.read_text() for path in SOURCE.rglob("*.py"))
+    assert f'"{check_id}"' in source, f"{document} names {check_id}, which no check reports"
+
+
+def result_keys_in_code() -> set[str]:
+    """Every key of a result a sink is handed, read from the engine's and the schedules' source.
+
+    A result is a dict literal with a ``"trigger"`` key (and the keys added to such a dict later,
+    ``result["retained_at"] = ...``).
+    """
+    import ast
+
+    keys: set[str] = set()
+    for folder in ("engine", "schedules"):
+        for path in (SOURCE / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Dict):
+                    names = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+                    if "trigger" in names:
+                        keys.update(names)
+                elif isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if (
+                            isinstance(target, ast.Subscript)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == "result"
+                            and isinstance(target.slice, ast.Constant)
+                        ):
+                            keys.add(target.slice.value)
+    return keys
+
+
+def readme_result_list() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("- Sinks receive `result`")
+    return text[start : text.index("\n- ", start + 1)]
+
+
+def test_the_readme_result_list_names_every_key_a_result_carries():
+    keys = result_keys_in_code()
+    assert {"trigger", "slot", "event_key", "payload", "answer", "expired"} <= keys, keys
+    listed = readme_result_list()
+    missing = sorted(key for key in keys if f'"{key}"' not in listed and f"`{key}`" not in listed)
+    assert not missing, f"README.md's result list leaves out {missing}"
+
+
+def test_every_key_the_readme_result_list_names_is_one_a_result_carries():
+    from django_wakes.models import TriggerType
+
+    named = set(re.findall(r'"([a-z_]+)"', readme_result_list()))
+    unknown = named - result_keys_in_code() - set(TriggerType.values)
+    assert not unknown, f"README.md's result list names keys no result carries: {sorted(unknown)}"
+
+
+def test_the_docs_give_the_tools_one_import_path():
+    """``from django_wakes import tools`` / ``django_wakes.tools``; ``django_wakes.agents.tools`` still imports."""
+    for document in DOCUMENTS:
+        assert "django_wakes.agents.tools" not in document.read_text(), document.name
+    assert resolve("django_wakes.agents.tools.tool_definitions") is resolve("django_wakes.tools.tool_definitions")

@@ -46,8 +46,7 @@ def _expiry(now: datetime, expires_in: Duration | None, expires_at: Any) -> date
 def _check_kind(value: Any, session_id: str | None) -> str:
     kind = key(value, name="kind", max_length=KIND_MAX_LENGTH)
     if registry.get(kind) is None:
-        hint = " (set WAKES['SPAWN_TURN'] to enable it)" if kind == SESSION_TURN else ""
-        raise UnknownKind(f"no sink is registered for kind {kind!r}{hint}")
+        raise UnknownKind(f"no sink is registered for kind {kind!r}{registry.why_missing(kind)}")
     if kind == SESSION_TURN and session_id is None:
         raise InvalidWake("kind 'session_turn' needs a session_id to hand the turn to")
     return kind

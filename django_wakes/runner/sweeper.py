@@ -44,6 +44,8 @@ from .listener import Listener
 from .outage import OutageLog
 
 logger = logging.getLogger("django_wakes")
+#: Logged at the first SIGINT/SIGTERM: what the runner does now, and how not to wait for it.
+SIGNAL_HINT = "signal %s: no new claims; finishing %d wake(s) in hand; press Ctrl-C again to exit at once"
 
 
 class Sweeper(FireThreads, Heartbeat):
@@ -147,7 +149,7 @@ class Sweeper(FireThreads, Heartbeat):
             if self.stopping.is_set():
                 logger.warning("second signal %s: exiting at once; leases of wakes in hand will lapse", signum)
                 os._exit(1)
-            logger.info("signal %s: no new claims; finishing %d wake(s) in hand", signum, len(self._in_hand))
+            logger.info(SIGNAL_HINT, signum, len(self._in_hand))
             self.stop()
             timer = threading.Timer(self.shutdown_timeout, self._give_up)
             timer.daemon = True

@@ -9,6 +9,7 @@ of them is used; :func:`framework_available` says whether one is installed.
 
 * :class:`WakesBackend` — the backend (``backend.py``); :class:`WakesTask` — its task class, with
   ``max_attempts``, ``backoff`` and ``serial_key`` options;
+* :func:`task` — the framework's ``@task`` with those options, importable under any backend (``decorator.py``);
 * :func:`periodic` — declare a periodic task; :func:`sync_periodic` — reconcile the declarations
   with the database (``periodic_tasks.py``);
 * ``results.py`` — a task's wake read as a ``TaskResult``; ``sink.py`` — the sink that runs tasks.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import WakesBackend, WakesTask
+    from .decorator import task
     from .periodic_tasks import PeriodicTask, SyncReport, periodic, sync_periodic
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "periodic",
     "sync_periodic",
     "sync_periodic_on_boot",
+    "task",
 ]
 
 from .kind import TASK_KIND, framework_available
@@ -45,6 +48,7 @@ _LAZY = {
     "periodic": "periodic_tasks",
     "sync_periodic": "periodic_tasks",
     "sync_periodic_on_boot": "boot",
+    "task": "decorator",
 }
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "TaskResultStatus",
     "available",
     "normalize_json",
+    "task",
     "task_backends",
     "task_enqueued",
     "task_finished",
@@ -52,14 +53,14 @@ def available() -> bool:
 
 
 if TYPE_CHECKING or FRAMEWORK == "django.tasks":
-    from django.tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
+    from django.tasks import DEFAULT_TASK_QUEUE_NAME, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 elif FRAMEWORK == "django_tasks":
-    from django_tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
+    from django_tasks import DEFAULT_TASK_QUEUE_NAME, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import InvalidTaskError as InvalidTask

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
@@ -12,7 +13,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_wakes.checks import setting_errors
 from django_wakes.durations import parse_duration
-from django_wakes.engine import TRANSIENT_ERRORS
+from django_wakes.engine import TRANSIENT_ERRORS, db_alias
+from django_wakes.engine.schema import not_migrated_message, unapplied_migrations
 from django_wakes.engine.shared import ROLLBACK_TRIES
 from django_wakes.exceptions import InvalidDuration
 from django_wakes.runner import RunnerBroken, Sweeper, apply_client_timeouts, probe_sqlite_json_support
@@ -126,6 +128,7 @@ class Command(BaseCommand):
         if refused:
             raise CommandError("; ".join(f"({m.id}) {m.msg}" for m in refused), returncode=1)
         apply_client_timeouts()  # a partitioned runner notices within a bounded time
+        refuse_unmigrated()
         # Periodic tasks (django_wakes.tasks): book, re-plan, end, once per boot; when the database is
         # not there yet, once it answers (after the runner's first pass that reaches it).
         synced = sync_periodic_on_boot()
@@ -158,7 +161,29 @@ class Command(BaseCommand):
                 raise CommandError(f"{runner.failed} wake(s) failed in this pass", returncode=1)
             return
         runner.install_signal_handlers()
+        started = time.monotonic()
         try:
             runner.run()
         except RunnerBroken as exc:  # a thread it cannot do without ended: exit for the supervisor to restart it
             raise CommandError(str(exc), returncode=1) from exc
+        logger.info("%s", stopped_line(runner, time.monotonic() - started), extra={"runner_id": runner.runner_id})
+
+
+def refuse_unmigrated() -> None:
+    """Stop before the first pass when django-wakes' tables are missing or behind: one line naming ``migrate``.
+
+    A database that cannot be asked now is not refused: the runner meets that outage as any other.
+    """
+    alias = db_alias()
+    missing = unapplied_migrations(alias)
+    if missing:
+        raise CommandError(not_migrated_message(alias, missing), returncode=1)
+
+
+def stopped_line(runner: Sweeper, seconds: float) -> str:
+    """The last line of a runner stopped by a signal: what it did in its life."""
+    totals = runner.totals
+    return (
+        f"runwakes stopped: fired {totals.fired}, failed {totals.failed}, dead {totals.dead}, "
+        f"expired {totals.expired}, deferred {totals.deferred} (runner {runner.runner_id}, up {seconds:.0f}s)"
+    )

@@ -23,6 +23,7 @@ from django_wakes.conf import wakes_settings
 from django_wakes.console import stats
 from django_wakes.console.attention import Attention, seconds
 from django_wakes.durations import parse_duration
+from django_wakes.engine.schema import not_migrated_message, unapplied_migrations
 from django_wakes.exceptions import InvalidDuration, InvalidWake
 from django_wakes.models import Runner, SessionControl, State, Wake
 from django_wakes.tasks import TASK_KIND
@@ -58,7 +59,8 @@ def status_snapshot() -> dict[str, Any]:
     attention = Attention(now)
     backlog = stats.backlog(now, attention.fireable_kinds)
     due = wakes.due(now)
-    oldest = due.order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
+    # Overdue as the attention count has it (due over OVERDUE_AFTER ago), not merely due: the two agree.
+    oldest = wakes.overdue(now).order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
     oldest_due: datetime | None = oldest["due_at"] if oldest is not None else None
     next_due = wakes.pending().filter(due_at__gt=now).aggregate(m=Min("due_at"))["m"]
     live = Runner.objects.using(engine.db_alias()).live(now)
@@ -172,6 +174,9 @@ class Command(BaseCommand):
             sub, "preview", "The next fire times of a cron or every schedule, in local time and UTC, DST marked."
         )
         preview.add_argument("cron", nargs="?", default=None, help='A cron expression, e.g. "0 9 * * MON-FRI".')
+        preview.add_argument(
+            "--cron", dest="cron_option", default=None, help="The cron expression as an option (as preview(cron=...))."
+        )
         preview.add_argument("--every", default=None, help="An interval instead of cron, e.g. 90m.")
         preview.add_argument("--tz", default=None, help="The IANA zone (default settings.TIME_ZONE).")
         preview.add_argument("-n", type=int, default=10, help="How many fire times (default %(default)r).")
@@ -186,11 +191,24 @@ class Command(BaseCommand):
         mcp.add_argument("--session", required=True, help="The session_id whose wakes the tools make and see.")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action in ("status", "gc", "sync-periodic"):
+            alias = engine.db_alias()
+            missing = unapplied_migrations(alias)
+            if missing:
+                raise CommandError(not_migrated_message(alias, missing))
         if action == "gc":
             self._gc(options["older_than"])
         elif action == "sync-periodic":
             self._sync_periodic()
         elif action == "mcp":
+            try:
+                import anyio  # noqa: F401
+                import mcp  # noqa: F401
+            except ImportError as exc:
+                raise CommandError(
+                    f"wakes mcp needs the MCP SDK, which is not installed ({exc.name} is missing): "
+                    "pip install 'django-wakes[mcp]'"
+                ) from exc
             from django_wakes.agents.mcp_server import serve_stdio
 
             try:
@@ -198,8 +216,10 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from exc
         elif action == "preview":
+            if options["cron"] is not None and options["cron_option"] not in (None, options["cron"]):
+                raise CommandError("preview: give the cron expression once, as an argument or as --cron")
             self._preview(
-                cron=options["cron"],
+                cron=options["cron"] if options["cron"] is not None else options["cron_option"],
                 every=options["every"],
                 tz=options["tz"],
                 n=options["n"],
