@@ -5,6 +5,7 @@ status`` counts and names overdue wakes by one definition.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from datetime import timedelta
@@ -17,7 +18,11 @@ from django_wakes import clock, schedule
 from tests.factories import WakeFactory
 from tests.processes import Procs, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # A command's options, a signal's handling: not about the database, so once per suite run (CI's time).
+    pytest.mark.skipif(os.environ.get("WAKES_TEST_DB", "sqlite") != "sqlite", reason="runs on the SQLite pass"),
+]
 
 HINT = "press Ctrl-C again to exit at once"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,11 @@ from tests.processes import ROOT, Procs, database_url
 from tests.tasks_framework import no_tasks_framework
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+#: What does not depend on the database runs once per suite run (CI's time), on the SQLite pass.
+sqlite_pass = pytest.mark.skipif(
+    os.environ.get("WAKES_TEST_DB", "sqlite") != "sqlite", reason="not about the database: runs on the SQLite pass"
+)
 
 
 @pytest.fixture
@@ -57,7 +63,14 @@ def one_line_error(done: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("command", [["runwakes"], ["runwakes", "--once"], ["wakes", "status"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runwakes"],
+        pytest.param(["runwakes", "--once"], marks=sqlite_pass),
+        pytest.param(["wakes", "status"], marks=sqlite_pass),
+    ],
+)
 def test_a_runner_before_migrate_says_run_migrate(procs: Procs, empty_database: str, command: list[str]):
     done = procs.manage(*command, timeout=60, DATABASE_URL=empty_database)
     line = one_line_error(done)
@@ -65,14 +78,17 @@ def test_a_runner_before_migrate_says_run_migrate(procs: Procs, empty_database: 
     assert line.endswith("on database 'default': run `python manage.py migrate` first"), line
 
 
-def test_check_database_reports_the_missing_migrations_and_migrate_is_not_blocked(procs: Procs, empty_database: str):
-    """``check --database default`` fails with E016; ``migrate`` runs the same database checks first and must
-    not be refused by them; after it, the check passes and a runner starts."""
+def test_check_database_reports_the_missing_migrations(procs: Procs, empty_database: str):
     check = procs.manage("check", "--database", "default", DATABASE_URL=empty_database)
     assert check.returncode == 1, check.stdout + check.stderr
     assert "django_wakes.E016" in check.stderr
     assert "run `python manage.py migrate` first" in check.stderr
 
+
+@sqlite_pass
+def test_migrate_is_not_blocked_by_the_check_and_after_it_the_runner_starts(procs: Procs, empty_database: str):
+    """``migrate`` runs the database checks first and must not be refused by E016; after it, the check passes
+    and a runner starts."""
     migrate = procs.manage("migrate", "django_wakes", "--verbosity", "1", timeout=180, DATABASE_URL=empty_database)
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
     assert "E016" not in migrate.stdout + migrate.stderr
@@ -94,6 +110,7 @@ execute_from_command_line(["manage.py", "wakes", "mcp", "--workspace", "w1", "--
 """
 
 
+@sqlite_pass
 def test_wakes_mcp_without_the_extra_gives_the_pip_command(procs: Procs):
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_MCP],
@@ -108,6 +125,7 @@ def test_wakes_mcp_without_the_extra_gives_the_pip_command(procs: Procs):
     assert "wakes mcp needs the MCP SDK" in line and "pip install 'django-wakes[mcp]'" in line, line
 
 
+@sqlite_pass
 def test_an_unknown_kind_whose_sinks_path_failed_names_the_path_and_why(procs: Procs):
     """The runner refuses such settings (E005); a web process does not run checks, and its ``schedule()`` said
     only "no sink is registered": now it says which ``WAKES["SINKS"]`` entry failed, and why."""

@@ -264,3 +264,13 @@ def test_the_docs_give_the_tools_one_import_path():
     for document in DOCUMENTS:
         assert "django_wakes.agents.tools" not in document.read_text(), document.name
     assert resolve("django_wakes.agents.tools.tool_definitions") is resolve("django_wakes.tools.tool_definitions")
+
+
+def test_every_readme_link_to_a_section_finds_it():
+    """The quick start's "Where next" (and every other ``](#anchor)``) leads to a heading of the README."""
+    text = (ROOT / "README.md").read_text()
+    headings = re.findall(r"^#{1,6} (.+)$", text, re.M)
+    slugs = {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+    anchors = set(re.findall(r"\]\(#([^)]+)\)", text))
+    assert {"install", "the-api", "running-it", "working-on-django-wakes"} <= anchors, anchors
+    assert anchors <= slugs, sorted(anchors - slugs)
