@@ -35,7 +35,7 @@ demo: $(DEMO_STAMP)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py wakes_demo
 
-## test: the everyday loop (about 7-10 min on 2 cores): the unit and integration tests on SQLite, then
+## test: the everyday loop (README: what it took here): the unit and integration tests on SQLite, beside
 ## PostgreSQL where reachable (WAKES_TEST_DBS picks others), leaving out the suites that start real runner
 ## processes, Chromium, PgBouncer, broken servers, a Patroni cluster or fresh virtualenvs (make test-all)
 EVERYDAY := not multiprocess and not browser and not pgbouncer and not install
