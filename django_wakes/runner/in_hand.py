@@ -19,6 +19,7 @@ from ..engine import Claim, RunReport
 from ..engine.shared import drop_broken_connections, retry_rolled_back
 from ..logs import about
 from ..states import Disposition
+from .reconnect import Reconnect
 
 logger = logging.getLogger("django_wakes")
 
@@ -33,7 +34,7 @@ DURATION_SMOOTHING = 0.2
 CLAIM_AHEAD_SECONDS = 0.1
 
 
-class InHand:
+class InHand(Reconnect):
     """The claims in hand and the runner's local knowledge of them (a part of :class:`~.sweeper.Sweeper`).
 
     One lock guards all of it, so a sink never starts for a claim that the heartbeat has just found
@@ -205,7 +206,14 @@ class InHand:
                 raise_rolled_back=tries is not None,
             )
 
-        claims = take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
+        def claim() -> list[Claim]:
+            return take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
+
+        if self.may_take_over():
+            claims = claim()
+        else:
+            with engine.takeovers_held_back():
+                claims = claim()
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any

@@ -119,6 +119,8 @@ class Sweeper(FireThreads, Heartbeat):
         self._sink_seconds = 0.0  # running average of sink durations, for planning batch sizes
         self._passes = OutageLog(f"runner {self.runner_id}")
         self._beats = OutageLog(f"runner {self.runner_id} heartbeat")
+        self._registration = OutageLog(f"runner {self.runner_id} registration")
+        self._holding_back = False  # taking over no lapsed lease after an outage (runner/reconnect.py)
         self.totals = RunReport()
 
     # -- control ---------------------------------------------------------------------------------
