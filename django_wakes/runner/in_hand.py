@@ -19,6 +19,7 @@ from ..engine import Claim, RunReport
 from ..engine.shared import drop_broken_connections, retry_rolled_back
 from ..logs import about
 from ..states import Disposition
+from .fire_summary import FireSummary
 from .reconnect import Reconnect
 
 logger = logging.getLogger("django_wakes")
@@ -56,6 +57,7 @@ class InHand(Reconnect):
     _timed: set[int]
     _in_hand_lock: threading.Lock
     _sink_seconds: float
+    _summary: FireSummary
 
     @property
     def safe_lease_seconds(self) -> float:
@@ -109,6 +111,7 @@ class InHand(Reconnect):
                 timed = wake_id in self._timed
                 self._timed.discard(wake_id)
             self.totals.add(wake_id, outcome)
+            self._summary.add(claim, outcome)
             self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
             if started is not None and not timed:
                 took = time.monotonic() - started
