@@ -209,14 +209,14 @@ class InHand(Reconnect):
                 raise_rolled_back=tries is not None,
             )
 
-        def claim() -> list[Claim]:
+        def claim_pass() -> list[Claim]:
             return take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
 
         if self.may_take_over():
-            claims = claim()
+            claims = claim_pass()
         else:
             with engine.takeovers_held_back():
-                claims = claim()
+                claims = claim_pass()
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any
