@@ -28,6 +28,10 @@ Scenarios, each on both servers:
   ``dead`` after its own three charged attempts; all 50 batch-mates must fire.
 * kill: SIGKILL a runner holding claims; another must re-drive them within the recovery time the
   docs promise, lease + poll interval.
+* held outcome: every runner reaches the database through its own :class:`TcpProxy`; all are cut
+  for longer than the lease while one holds a finished outcome, a fourth runner boots during the
+  outage, and the holder's route heals last. No sink may run twice: the others hold takeovers back
+  until the holder has renewed and settled (``django_wakes/runner/reconnect.py``).
 
 Measured figures are printed (``pytest -s``) and recorded in ``docs/faults.md``. Run::
 
@@ -483,3 +487,72 @@ def test_a_killed_runners_claims_are_redriven_within_lease_plus_poll_interval(ri
         t.pid for t in takers
     }
     assert max(redriven) <= bound, f"re-driven {max(redriven):.2f}s after the kill, over lease + poll ({bound:.1f}s)"
+
+
+# --------------------------------------------------------------------------------------------------
+# h: an outage longer than the lease while a live runner holds a finished outcome
+# --------------------------------------------------------------------------------------------------
+
+HELD_LEASE = 6.0  # seconds: heartbeat period 2 s, takeover grace max(6, BACKOFF_CAP 5 + 2 * 2) = 9 s
+HELD_SINK = 1.5  # the held wake's sink: it finishes while the database is away
+HOLDER_LAGS = 5.8  # the holder's route heals this long after the others': longer than BACKOFF_CAP
+
+
+def test_an_outage_does_not_hand_a_live_runners_finished_work_to_another(rig: Rig) -> None:
+    """Every runner behind its own proxy; all cut for longer than the lease while one is in a sink.
+
+    The holder's sink finishes during the outage: it holds the outcome and tries to settle. The
+    lease lapses. The others' routes heal first, then, :data:`HOLDER_LAGS` later (longer than the
+    backoff cap, the longest a runner waits between tries, so on code without the grace a taker is
+    sure to reach the database first), the holder's. A fourth runner boots during the outage. The
+    wake's sink must have run once: nobody takes the lapsed lease over before the holder, back,
+    renews it and settles.
+    """
+    lease = f"{HELD_LEASE:g}s"
+    proxies = {name: TcpProxy(rig.server.port).start() for name in ("runner-0", "runner-1", "runner-2", "booted")}
+    try:
+        runners = {
+            name: rig.runner(name, lease=lease, DATABASE_URL=rig.server.url(port=proxies[name].port))
+            for name in ("runner-0", "runner-1", "runner-2")
+        }
+        rig.wait_registered(*runners.values())
+        (wake,) = rig.seed([{"kind": "probe.ledger", "intent": {"sleep": HELD_SINK}}])
+        first = wait_for(
+            lambda: rig.ledger() or rig.assert_alive("before the outage"), timeout=60, what="the wake's sink to start"
+        )
+        holder = next(name for name, proc in runners.items() if proc.pid == first[0]["pid"])
+        for proxy in proxies.values():
+            proxy.cut()
+        began = time.monotonic()
+        booted = rig.runner("booted", lease=lease, DATABASE_URL=rig.server.url(port=proxies["booted"].port))
+        time.sleep(HELD_LEASE + 1.5)  # the sink ended long ago; the lease has lapsed in the database
+        for name, proxy in proxies.items():
+            if name != holder:
+                proxy.heal()
+        time.sleep(HOLDER_LAGS)
+        proxies[holder].heal()
+        outage = time.monotonic() - began
+        rig.settle(1, timeout=60, context="after the outage")
+        time.sleep(HELD_LEASE)  # room for a late takeover to show in the ledger
+        rig.assert_alive("after the outage")
+        rig.stop_all()
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+
+    snap, ledger = rig.snapshot(), rig.ledger()
+    runs = Counter(line["id"] for line in ledger)
+    holder_log = rig.procs.log(runners[holder])
+    print(
+        f"\n[{rig.label}] outage of {outage:.1f}s (lease {lease}, the holder's route {HOLDER_LAGS}s later): "
+        f"sink runs {runs[wake]} (by pids {[line['pid'] for line in ledger]}); "
+        f"attempts {dict(attempts_by_outcome(snap))}"
+    )
+    assert "fired wake(s) failed" in holder_log, f"the holder held no outcome through the outage:\n{holder_log}"
+    assert runs[wake] == 1, (
+        f"the wake's sink ran {runs[wake]} times: the lease lapsed during the outage and another runner "
+        f"re-drove it before its live holder could settle (attempts {snap['attempts']})"
+    )
+    assert not [a for a in snap["attempts"] if a["outcome"] in TAKEN_OVER], snap["attempts"]
+    assert snap["wakes"][str(wake)]["state"] == "fired"
+    assert "registration: database unavailable" in rig.procs.log(booted), "the fourth runner did not boot in the outage"

@@ -21,7 +21,7 @@ from django_wakes.logs import FIELDS, WakeFields, running_as
 from django_wakes.models import State, Wake
 from django_wakes.runner import Sweeper
 from tests.factories import WakeFactory
-from tests.processes import Procs
+from tests.processes import Procs, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,7 +129,7 @@ def test_the_filter_on_a_handler_marks_other_loggers_records_inside_a_sink(sinks
 
 
 def test_a_disabled_level_builds_no_fields_per_wake(sinks, monkeypatch):
-    """The per-fire INFO line builds its fields only when INFO is on (a runner at -v 0 pays nothing)."""
+    """The per-fire DEBUG line builds its fields only when DEBUG is on (a runner at -v 1 pays nothing)."""
     from django_wakes.engine import settle
 
     built: list[Any] = []
@@ -140,14 +140,14 @@ def test_a_disabled_level_builds_no_fields_per_wake(sinks, monkeypatch):
         schedule(workspace_id=WS, delay="0s", kind="logs.quiet")
     logger = logging.getLogger("django_wakes")
     level = logger.level
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.INFO)
     try:
         Sweeper(runner_id=RUNNER, listen=False).run_once()
     finally:
         logger.setLevel(level)
     assert Wake.objects.filter(state=State.FIRED).count() == 3
     assert built == []
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     try:
         schedule(workspace_id=WS, delay="0s", kind="logs.quiet")
         Sweeper(runner_id=RUNNER, listen=False).run_once()
@@ -159,7 +159,7 @@ def test_a_disabled_level_builds_no_fields_per_wake(sinks, monkeypatch):
 def test_a_runner_process_logging_json_emits_the_fields(procs: Procs):
     """docs/operations.md's JSON config (python-json-logger) on a real ``runwakes --once``."""
     wake = schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={}, serial_key="lane-j")
-    result = procs.manage("runwakes", "--once", WAKES_LOG_FORMAT="json")
+    result = procs.manage("runwakes", "--once", "-v", "2", WAKES_LOG_FORMAT="json")  # -v 2: the per-wake line
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     assert lines, result.stderr
@@ -170,7 +170,34 @@ def test_a_runner_process_logging_json_emits_the_fields(procs: Procs):
         "lane": "lane-j",
         "workspace_id": WS,
     }
-    assert fired["level"] == "INFO" and fired["logger"] == "django_wakes"
+    assert fired["level"] == "DEBUG" and fired["logger"] == "django_wakes"
     (summary,) = [line for line in lines if "one pass (--once)" in line["message"]]
     assert fired["runner_id"] == summary["runner_id"]
     assert summary["runner_id"].split(":")[1].isdigit() and summary["wake_id"] is None
+
+
+def test_a_runner_at_the_default_verbosity_logs_a_summary_not_a_line_per_wake(procs: Procs):
+    """``runwakes`` at -v 1: no ``fired wake=`` line per wake; one summary line with the counts and lateness.
+
+    The summary comes once a minute from a busy runner, and once more when it stops (SIGTERM here).
+    """
+    for n in range(12):
+        schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={"fail": n < 2}, max_attempts=1)
+    runner = procs.runner("summary", "--interval", "0.2")
+    wait_for(
+        lambda: (
+            Wake.objects.filter(workspace_id=WS, state__in=[State.FIRED, State.DEAD]).count() == 12
+            or procs.alive(runner)
+        ),
+        timeout=60,
+        what="ten wakes to fire and two to fail",
+    )
+    assert procs.stop(runner) == 0
+    log = procs.log(runner)
+    assert "fired wake=" not in log, log
+    summaries = [line for line in log.splitlines() if re.search(r": last \d+s: fired=", line)]
+    assert len(summaries) == 1, log
+    (line,) = summaries
+    assert " INFO " in line and "fired=10 failed=2 retried=0 dead=2 " in line, line
+    p50, p99 = (int(n) for n in re.findall(r"late_p(?:50|99)_ms=(\d+)", line))
+    assert 0 <= p50 <= p99 < 60_000, line

@@ -131,3 +131,31 @@ def test_the_created_wakes_fire_like_scheduled_ones(clock, sinks):
         assert len(claims) == 1  # a lane fires one at a time, earliest first
         engine.fire(claims[0])
     assert calls.ids == [w.pk for w in wakes]
+
+
+def test_many_plain_wakes_go_out_in_a_few_statements_and_come_back_as_stored(sinks):
+    """3,000 plain wakes: a COPY on PostgreSQL (one statement to draw the ids), 1,000-row INSERTs elsewhere.
+
+    ``bulk_create`` wrote 500 rows per statement (6 here); what comes back must be what was stored,
+    each wake with its own intent object.
+    """
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite caps the parameters of one statement: its batches stay small")
+    sinks(KIND)
+    items = [{"delay": f"{60 + n % 7}s", "intent": {"n": n}} for n in range(3000)]
+    with CaptureQueriesContext(connection) as queries:
+        wakes = django_wakes.schedule_many(items, workspace_id=WS, kind=KIND, serial_key=None)
+    writes = [q["sql"] for q in queries.captured_queries if "INSERT" in q["sql"] or "nextval" in q["sql"]]
+    assert len(writes) <= 3, [sql[:80] for sql in writes]
+    assert len({w.pk for w in wakes}) == 3000
+    rows = {w.pk: w for w in Wake.objects.filter(workspace_id=WS)}
+    for wake in wakes[:5] + wakes[-5:]:
+        stored = rows[wake.pk]
+        for field in Wake._meta.concrete_fields:
+            assert getattr(wake, field.attname) == getattr(stored, field.attname), field.name
+    wakes[0].intent["n"] = -1
+    assert wakes[1].intent == {"n": 1}
+    assert not wakes[0]._state.adding and wakes[0]._state.db == "default"

@@ -61,7 +61,7 @@ from .settle import (
     sink_returned,
 )
 from .shared import TRANSIENT_ERRORS, backoff_delay, db_alias, default_runner_id, drop_broken_connections, hash_token
-from .takeover import take_over_lapsed
+from .takeover import take_over_lapsed, takeovers_held_back
 from .triggers import cancel, deliver_event, open_approval, requeue, resolve, resolve_hashed, waiting_approval
 from .waiting import ApprovalRequest, request_approval, watch
 
@@ -132,6 +132,7 @@ __all__ = [
     "sink_returned",
     "stop_session",
     "take_over_lapsed",
+    "takeovers_held_back",
     "unwakeable_log",
     "waiting_approval",
     "watch",

@@ -15,7 +15,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .. import clock, tracing
-from ..conf import wakes_settings
 from ..durations import Duration, parse_duration
 from ..exceptions import InvalidWake, WakeError
 from ..logs import about
@@ -23,7 +22,9 @@ from ..models import DEFAULT_QUEUE, TriggerType, Wake
 from ..schedules import recurrence
 from ..sinks import SESSION_TURN
 from ..timeutil import to_datetime
+from ..validation import json_value
 from . import sessions
+from .bulk import insert_plain_many
 from .insert import (
     _announce_created,
     _common,
@@ -199,6 +200,8 @@ def schedule_many(items: Iterable[Mapping[str, Any]], **common: Any) -> list[Wak
     parent = firing_wake.get()
     depth = parent.depth + 1 if parent is not None else 0
     planned: list[tuple[dict[str, Any], bool, bool]] = []
+    # Items of one shape (the same arguments but the intent) validate to the same fields: once per shape.
+    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for position, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise InvalidWake(f"schedule_many item {position}: expected a mapping of schedule() arguments")
@@ -209,8 +212,19 @@ def schedule_many(items: Iterable[Mapping[str, Any]], **common: Any) -> list[Wak
             raise InvalidWake(f"schedule_many item {position}: unknown argument(s) {names}")
         coalesce = bool(arguments.pop("coalesce", False))
         budget = bool(arguments.pop("budget", False))
+        intent = arguments.pop("intent", None)
         try:
-            fields = _schedule_fields(now, **arguments)
+            shape: tuple[Any, ...] | None = tuple(sorted((k, type(v), v) for k, v in arguments.items()))
+            hash(shape)
+        except TypeError:  # an unhashable argument: this item is validated on its own
+            shape = None
+        try:
+            known = shapes.get(shape) if shape is not None else None
+            if known is None:
+                known = _schedule_fields(now, **arguments)
+                if shape is not None:
+                    shapes[shape] = known
+            fields = {**known, "intent": json_value(intent, name="intent")}
         except WakeError as exc:
             raise type(exc)(f"schedule_many item {position}: {exc}") from exc
         fields.setdefault("depth", depth)
@@ -257,7 +271,7 @@ def _insert_many(
                 existing[(wake.workspace_id, wake.idempotency_key)] = wake
     for workspace, session in {(f["workspace_id"], f["session_id"]) for f, _c, _b in planned if f.get("session_id")}:
         sessions.refuse_if_stopped(session, workspace_id=workspace)
-    fresh: list[tuple[int, Wake]] = []
+    fresh: list[tuple[int, dict[str, Any]]] = []
     for position, (fields, coalesce, budget) in enumerate(planned):
         if coalesce or budget:
             results[position] = _create_wake(fields, coalesce=coalesce, budget=budget, now=now)
@@ -272,17 +286,14 @@ def _insert_many(
             if first != position:  # the same key earlier in this call: that wake, if for the same session
                 refuse_other_session(planned[first][0].get("session_id"), fields)
                 continue
-        wake = Wake(
-            **{"max_attempts": wakes_settings.max_attempts, **fields}, coalesce_key=None, created_at=now, updated_at=now
-        )
-        fresh.append((position, wake))
-    created = manager.bulk_create([wake for _position, wake in fresh], batch_size=BULK_CHUNK)
-    for (position, _wake), wake in zip(fresh, created, strict=True):
+        fresh.append((position, fields))
+    created = insert_plain_many(using, [fields for _position, fields in fresh], now)
+    for (position, _fields), wake in zip(fresh, created, strict=True):
         results[position] = wake
     for positions in keyed.values():
         for position in positions[1:]:
             results[position] = results[positions[0]]
-    _announce_created(using, [wake for _position, wake in fresh])
+    _announce_created(using, created)
     return [wake for wake in results if wake is not None]
 
 

@@ -275,8 +275,18 @@ def _announce_created(using: str, wakes: list[Wake], *, notified: bool | None = 
     """Inside the creating transaction: one NOTIFY for the earliest due (delivered at commit), and
     ``wake_created`` for each wake on commit (which nudges this process's runners)."""
     due = [wake.due_at for wake in wakes if wake.due_at is not None]
-    if notified is None and due and notify.notify_in_transaction(min(due), using):
+    sent = notified is None and bool(due) and notify.notify_in_transaction(min(due), using)
+    # Several wakes: the earliest decided. Sent, it covers them all; not sent (another database, or
+    # beyond the polling horizon), no later one needs a NOTIFY either. On commit only the nudge is left.
+    if sent or (notified is None and len(wakes) > 1):
         for wake in wakes:
             setattr(wake, notify.NOTIFIED, True)
+    if len(wakes) == 1:
+        transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wakes[0]), using=using)
+    elif wakes:  # one callback for a bulk insert, not one per wake: the same signals, in the same order
+        transaction.on_commit(partial(_send_created, wakes), using=using)
+
+
+def _send_created(wakes: list[Wake]) -> None:
     for wake in wakes:
-        transaction.on_commit(partial(signals.wake_created.send, sender=Wake, wake=wake), using=using)
+        signals.wake_created.send(sender=Wake, wake=wake)

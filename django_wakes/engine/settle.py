@@ -373,8 +373,8 @@ def _report(done: list[Succeeded], winners: list[Succeeded]) -> list[FireOutcome
             outcomes.append(_fenced_out(d.claim))
             continue
         wake = d.claim.wake
-        if logger.isEnabledFor(logging.INFO):  # per wake: nothing is built when INFO is off
-            logger.info(
+        if logger.isEnabledFor(logging.DEBUG):  # per wake, so DEBUG (the runner logs a summary at INFO)
+            logger.debug(
                 "fired wake=%s kind=%s lane=%s outcome=%s lateness_ms=%d duration_ms=%d",
                 wake.pk,
                 wake.kind,

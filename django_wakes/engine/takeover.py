@@ -2,10 +2,17 @@
 
 The previous attempt is written down (``interrupted``, charged, or ``abandoned``, not), then the
 wake gets a new claim token, fence and lease; a wake interrupted on its last charged attempt goes ``dead``.
+
+A runner that has just seen its database unreachable holds takeovers back for a while
+(:func:`takeovers_held_back`): every lease lapsed during the outage, including those of live runners
+that still hold a finished outcome, and those holders must get to settle and renew first.
 """
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -17,6 +24,26 @@ from ..sinks import registry
 from .fencing import bury_locked
 from .leases import Claim, next_fence
 from .shared import db_alias, new_claim_token, retry_rolled_back
+
+#: Set (per thread, per task) while this caller must not take over lapsed leases: see :func:`takeovers_held_back`.
+_HELD_BACK: contextvars.ContextVar[bool] = contextvars.ContextVar("django_wakes_takeovers_held_back", default=False)
+
+
+@contextmanager
+def takeovers_held_back() -> Iterator[None]:
+    """Claim without taking over lapsed leases in this block (due wakes are claimed as usual).
+
+    Why: a lease lapses when its runner stops renewing it, which is also what every runner does while
+    the database is away. A runner that held a finished outcome through an outage must settle it (and
+    its heartbeat renew the leases it holds) before anyone re-drives those wakes, or their sinks run
+    twice. The runner decides how long to hold back (:mod:`django_wakes.runner.reconnect`); the claim
+    pass stays one and the same, only its takeover step claims nothing.
+    """
+    reset = _HELD_BACK.set(True)
+    try:
+        yield
+    finally:
+        _HELD_BACK.reset(reset)
 
 
 def take_over_lapsed(
@@ -57,6 +84,8 @@ def _take_over_lapsed(
     * guarded, sink never started: ``abandoned``, not charged (a batch-mate of a poisoned wake);
     * not guarded: unknown, so ``abandoned`` and not charged, and guarded from now on.
     """
+    if _HELD_BACK.get():
+        return []
     lease = lease or wakes_settings.lease
     lapsed = list(Wake.objects.using(using).in_queues(queues).lock_lapsed(now, kinds, limit))
     if not lapsed:

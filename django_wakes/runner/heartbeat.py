@@ -30,10 +30,6 @@ class Heartbeat(InHand):
     _beat_now: threading.Event
     _beats: OutageLog
 
-    @property
-    def heartbeat_period(self) -> float:
-        return max(min(self.lease.total_seconds() / 3, 10.0), 0.05)
-
     def _heartbeat_loop(self) -> None:
         try:
             while not self._finished.is_set():
@@ -90,7 +86,7 @@ class Heartbeat(InHand):
 
     def _register(self) -> None:
         """Register this runner, trying until the database answers (or a signal stops it)."""
-        outage = OutageLog(f"runner {self.runner_id} registration")
+        outage = self._registration
         while not self.stopping.is_set():
             try:
                 runners.register(self.runner_id, kinds=registry.kinds())

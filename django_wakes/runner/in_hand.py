@@ -19,6 +19,8 @@ from ..engine import Claim, RunReport
 from ..engine.shared import drop_broken_connections, retry_rolled_back
 from ..logs import about
 from ..states import Disposition
+from .fire_summary import FireSummary
+from .reconnect import Reconnect
 
 logger = logging.getLogger("django_wakes")
 
@@ -33,7 +35,7 @@ DURATION_SMOOTHING = 0.2
 CLAIM_AHEAD_SECONDS = 0.1
 
 
-class InHand:
+class InHand(Reconnect):
     """The claims in hand and the runner's local knowledge of them (a part of :class:`~.sweeper.Sweeper`).
 
     One lock guards all of it, so a sink never starts for a claim that the heartbeat has just found
@@ -55,6 +57,7 @@ class InHand:
     _timed: set[int]
     _in_hand_lock: threading.Lock
     _sink_seconds: float
+    _summary: FireSummary
 
     @property
     def safe_lease_seconds(self) -> float:
@@ -108,6 +111,7 @@ class InHand:
                 timed = wake_id in self._timed
                 self._timed.discard(wake_id)
             self.totals.add(wake_id, outcome)
+            self._summary.add(claim, outcome)
             self.totals.outcomes.clear()  # a runner's life is long: keep the counts, not every id
             if started is not None and not timed:
                 took = time.monotonic() - started
@@ -205,7 +209,14 @@ class InHand:
                 raise_rolled_back=tries is not None,
             )
 
-        claims = take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
+        def claim_pass() -> list[Claim]:
+            return take() if tries is None else retry_rolled_back("claim pass", take, tries=tries)
+
+        if self.may_take_over():
+            claims = claim_pass()
+        else:
+            with engine.takeovers_held_back():
+                claims = claim_pass()
         with self._in_hand_lock:
             for claim in claims:
                 self._in_hand[claim.wake.pk] = claim  # replaces an older claim of the same wake, if any

@@ -22,6 +22,8 @@ class OutageLog:
     def __init__(self, activity: str) -> None:
         self.activity = activity
         self.since: float | None = None
+        #: When (``time.monotonic()``) the last outage ended: None if none ended yet.
+        self.back_at: float | None = None
         self.failures = 0
         self._lock = threading.Lock()
 
@@ -52,6 +54,8 @@ class OutageLog:
         with self._lock:
             since, failures = self.since, self.failures
             self.since, self.failures = None, 0
+            if since is not None:
+                self.back_at = time.monotonic()
         if since is not None:
             logger.warning(
                 "%s: database reachable again after %.1fs (%d failed tries)",

@@ -38,6 +38,7 @@ from ..engine.shared import drop_broken_connections
 from ..logs import running_as
 from ..sinks import registry
 from .async_firer import AsyncFirer
+from .fire_summary import FireSummary
 from .fire_threads import FireThreads, RunnerBroken
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -121,7 +122,10 @@ class Sweeper(FireThreads, Heartbeat):
         self._sink_seconds = 0.0  # running average of sink durations, for planning batch sizes
         self._passes = OutageLog(f"runner {self.runner_id}")
         self._beats = OutageLog(f"runner {self.runner_id} heartbeat")
+        self._registration = OutageLog(f"runner {self.runner_id} registration")
+        self._holding_back = False  # taking over no lapsed lease after an outage (runner/reconnect.py)
         self.totals = RunReport()
+        self._summary = FireSummary(self.runner_id)  # the INFO line a minute (runner/fire_summary.py)
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -246,6 +250,7 @@ class Sweeper(FireThreads, Heartbeat):
                     self._wakeup.clear()
                     continue
                 self._passes.succeeded()
+                self._summary.flush()
                 if self._when_reachable:
                     self._run_when_reachable()
                 if self.stopping.is_set():
@@ -272,6 +277,7 @@ class Sweeper(FireThreads, Heartbeat):
             if self._async is not None:
                 self._async.stop(0.0)
             self._deregister()
+            self._summary.flush(force=True)
             connections.close_all()
 
     def describe(self, *, push_alias: str | None) -> str:
