@@ -8,6 +8,7 @@ SDK's client and the Python API with ``budget=True``; host code without ``budget
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -220,3 +221,27 @@ def test_the_mcp_sdk_client_gets_the_same_refusal(clock, spawned, budgets):
     assert not made.is_error
     wake = Wake.objects.get(pk=made.structured_content["wake_id"])
     assert wake.end_at == clock.now() + timedelta(days=7) and wake.cron == "*/2 * * * *"
+
+
+# -- a real runner --------------------------------------------------------------------------------------
+
+
+@pytest.mark.multiprocess
+def test_a_runwakes_process_ends_an_agent_chain_at_the_horizon(procs, sinks, budgets):
+    """A chain made with budget=True carries its end: a real runner fires it until the horizon, then stops."""
+    sinks("probe.record")
+    budgets(SESSION_MIN_DELAY="1s", SESSION_MAX_HORIZON="4s")
+    chain = django_wakes.schedule(
+        workspace_id=WS, session_id=SESSION, kind="probe.record", every="1s", intent={}, budget=True
+    )
+    assert chain.end_at is not None and chain.end_at - chain.created_at == timedelta(seconds=4)
+    runner = procs.runner("runner", "--interval", "0.2")
+    deadline = chain.end_at + timedelta(seconds=3)
+    while django_wakes.clock.now() < deadline:
+        runner.poll()
+        assert runner.returncode is None, runner.log_path.read_text()  # type: ignore[attr-defined]
+        time.sleep(0.2)
+    rows = Wake.objects.filter(chain_id=chain.chain_id)
+    fired = sorted(rows.filter(state=State.FIRED).values_list("fire_at", flat=True))
+    assert 3 <= len(fired) <= 4 and fired[-1] <= chain.end_at, fired  # one a second, none past the horizon
+    assert not rows.filter(state__in=[State.PENDING, State.FIRING]).exists()
