@@ -7,8 +7,8 @@ will ever book:
 
 * ``SESSION_MIN_DELAY``: the first occurrence is the first slot at or after now + the minimum delay
   (never "refused or not depending on the second the call arrives"), and no two consecutive
-  occurrences come closer than it (:func:`~django_wakes.schedules.gaps.closest`: ``3-59 * * * *``
-  is refused under a 90 s minimum like ``* * * * *``, whose occurrences are as close);
+  occurrences come closer than it (:func:`~django_wakes.schedules.gaps.closest`, through recurrence:
+  ``3-59 * * * *`` is refused under a 90 s minimum like ``* * * * *``, whose occurrences are as close);
 * ``SESSION_COOLDOWN``: no two consecutive occurrences come closer than it either (each occurrence
   is a turn the session did not ask for at the time);
 * ``SESSION_MAX_HORIZON``: the chain ends at now + the horizon (its ``end_at`` is lowered to it, and
@@ -26,7 +26,7 @@ from typing import Any
 
 from ..durations import plain_duration
 from ..exceptions import BudgetExceeded, InvalidSchedule
-from ..schedules import gaps
+from ..schedules import recurrence
 from ..schedules.recurrence import CronGrid, DstPolicy, EveryGrid, Grid
 from .shared import earliest
 
@@ -77,7 +77,7 @@ def fit_chain(
     ]
     if bounds:
         widest = max(bound for _limit, bound in bounds)
-        close = gaps.closest(grid, first, end, widest)
+        close = recurrence.closest(grid, first, end, widest)
         if close is not None:
             limit, bound = next((limit, bound) for limit, bound in bounds if close.gap < bound)
             what = "a wake must fire" if limit == "session_min_delay" else "this session's turns must come"
