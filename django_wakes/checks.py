@@ -2,7 +2,7 @@
 
 | id | problem |
 | --- | --- |
-| E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, BACKOFF) is not valid |
+| E001 | a duration (LEASE, ONCE_WAIT, ONCE_LEASE, GC_AFTER, RUNNER_DB_TIMEOUT, PAST_AT_LIMIT, BACKOFF) is not valid |
 | E002 | a hook (SPAWN_TURN, AUTHORIZE, SESSION_BUSY, API_AUTH, ON_APPROVAL, MCP_AUTH) is no callable or dotted path |
 | E003 | a count (MAX_ATTEMPTS, BATCH, INTENT_MAX_BYTES, RETAIN_MAX) is not a positive integer |
 | E004 | BACKOFF is not a dict of BASE, FACTOR (a number >= 1) and MAX |
@@ -70,9 +70,11 @@ DURATIONS = {
     "GC_AFTER": True,
     "RUNNER_DB_TIMEOUT": False,
     "BUSY_RETRY": False,
+    "PAST_AT_LIMIT": True,
 }
-#: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's).
-NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT")
+#: Duration settings where None is a documented value (GC_AFTER: never gc; RUNNER_DB_TIMEOUT: the driver's;
+#: PAST_AT_LIMIT: any past time is accepted).
+NULLABLE = ("GC_AFTER", "RUNNER_DB_TIMEOUT", "PAST_AT_LIMIT")
 POSITIVE_INTS = ("MAX_ATTEMPTS", "BATCH", "INTENT_MAX_BYTES", "RETAIN_MAX")
 HOOKS = ("SPAWN_TURN", "AUTHORIZE", "SESSION_BUSY", "API_AUTH", "ON_APPROVAL", "MCP_AUTH")
 

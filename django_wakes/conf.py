@@ -21,6 +21,7 @@ Defaults (every key optional)::
         "READ_DATABASE": None,    # alias the console's read-only pages (wake list, dashboard, metrics) read
                                   # from, e.g. a streaming replica; writes and operator actions never use it
         "RETAIN_MAX": 1000,       # retained events kept per workspace (deliver_event(retain=...)); oldest go
+        "PAST_AT_LIMIT": "1d",    # schedule(at=...) refuses a time further in the past than this (None: any)
         "BUDGETS": {...},         # limits on wakes made for agents (budget=True, and django_wakes.agents.tools):
                                   # see BUDGET_DEFAULTS; a limit set to None is off
         "SESSION_BUSY": None,     # dotted path of fn(session_id[, *, workspace_id]) -> bool: a busy turn waits
@@ -70,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "PUSH_DATABASE": None,
     "READ_DATABASE": None,
     "RETAIN_MAX": 1000,
+    "PAST_AT_LIMIT": "1d",
     "BUDGETS": {},
     "SESSION_BUSY": None,
     "BUSY_RETRY": "2s",
@@ -190,6 +192,11 @@ class WakesSettings:
     def gc_after(self) -> timedelta | None:
         value = self.get("GC_AFTER")
         return None if value is None else parse_duration(value, name="WAKES['GC_AFTER']")
+
+    @property
+    def past_at_limit(self) -> timedelta | None:
+        value = self.get("PAST_AT_LIMIT")
+        return None if value is None else parse_duration(value, name="WAKES['PAST_AT_LIMIT']")
 
     @property
     def poll_interval(self) -> float:

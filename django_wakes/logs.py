@@ -13,6 +13,12 @@ Where they come from, cheapest first:
 
 :class:`WakeFields` may also be put on a handler, so records of *other* loggers written while a sink
 runs (the sink's own, an HTTP client's) carry the wake too.
+
+The filter also escapes control and format characters (:mod:`django_wakes.text`) in the message and
+in those attributes, so an identifier holding a line feed or an ESC (a row older than the refusal of
+such identifiers, or written by raw SQL) cannot forge a log line or reach a terminal, in a plain
+format and a JSON one alike. A record whose message has none keeps its ``msg`` and ``args`` (error
+trackers group by the template).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from .text import control_character, printable
 
 if TYPE_CHECKING:
     from .models import Wake
@@ -76,7 +84,25 @@ class WakeFields(logging.Filter):
                 fields.setdefault("workspace_id", wake.workspace_id)
         if fields.get("runner_id") is None:
             fields["runner_id"] = current_runner.get()
+        _escape_controls(record)
         return True
+
+
+def _escape_controls(record: logging.LogRecord) -> None:
+    """Escape control characters in the record's message and :data:`FIELDS` (left as they are when it has none)."""
+    fields = record.__dict__
+    for name in FIELDS:
+        value = fields.get(name)
+        if isinstance(value, str):
+            fields[name] = printable(value)
+    if not record.args and isinstance(record.msg, str) and control_character(record.msg) is None:
+        return
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError, KeyError):  # a bad format: logging reports it when the handler formats
+        return
+    if control_character(message) is not None:
+        record.msg, record.args = printable(message), None
 
 
 if not any(isinstance(existing, WakeFields) for existing in logger.filters):

@@ -18,11 +18,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime
 from typing import Any, Literal, overload
 
 from .conf import wakes_settings
-from .exceptions import InvalidIntent, InvalidWake
+from .durations import plain_duration
+from .exceptions import InvalidIntent, InvalidTime, InvalidWake
 from .models import KEY_LENGTH
+from .text import control_character
 
 #: The deepest nesting of lists and objects allowed in an intent, event payload, approval answer or
 #: ``once()`` result. MariaDB's ``JSON_VALID`` refuses 32 levels, and a payload or an answer is stored
@@ -136,6 +139,26 @@ def json_value(value: Any, *, name: str) -> Any:
     return json.loads(text)
 
 
+def printable_identifier(value: str, *, name: str) -> str:
+    """Return ``value`` if it holds no control or format character; raise :class:`InvalidWake` naming ``name``.
+
+    The characters are :mod:`django_wakes.text`'s: C0 controls (line feed and tab too), DEL, C1
+    controls, format characters (the bidi overrides such as U+202E, zero-width ones) and the line and
+    paragraph separators (U+2028, U+2029). An identifier is printed in log lines and terminals, where
+    such a character would forge a line or send the terminal an escape sequence. Every identifier the
+    public API takes passes here through :func:`key`; a new one (a limit key, say) calls :func:`key`
+    or this.
+    """
+    found = control_character(value)
+    if found is not None:
+        position, char = found
+        raise InvalidWake(
+            f"{name} contains a control character (U+{ord(char):04X}) at position {position}: "
+            "identifiers are printed in logs and terminals, so control and format characters are refused"
+        )
+    return value
+
+
 @overload
 def key(value: Any, *, name: str, required: Literal[True] = ..., max_length: int = ...) -> str: ...
 @overload
@@ -144,8 +167,9 @@ def key(value: Any, *, name: str, required: bool = True, max_length: int = KEY_L
     """Return an identifier (workspace, session, lane, event key, ...) exactly as given, if storable.
 
     A non-blank ``str`` of at most ``max_length`` characters (the column's length, which SQLite
-    alone does not enforce) with no NUL and no surrogate. Nothing is stripped: the key is stored
-    as given. ``None`` is allowed when not ``required``.
+    alone does not enforce) with no NUL, no surrogate and no other control or format character
+    (:func:`printable_identifier`). Nothing is stripped: the key is stored as given. ``None`` is
+    allowed when not ``required``.
     """
     if value is None:
         if required:
@@ -160,7 +184,23 @@ def key(value: Any, *, name: str, required: bool = True, max_length: int = KEY_L
     problem = _unstorable(value)
     if problem:
         raise InvalidWake(f"{name} {problem}")
-    return value
+    return printable_identifier(value, name=name)
+
+
+def recent_enough(moment: datetime, now: datetime, *, name: str = "at") -> datetime:
+    """Return ``moment`` unless it lies further in the past than ``WAKES["PAST_AT_LIMIT"]`` (``None``: any).
+
+    A wake scheduled years back fires at once all the same, so such a time says nothing but a
+    mistake (a wrong year, seconds read as milliseconds), and its "lateness" of years would skew
+    every lateness figure. Refused with :class:`InvalidTime`, the bound in the message.
+    """
+    limit = wakes_settings.past_at_limit
+    if limit is not None and now - moment > limit:
+        raise InvalidTime(
+            f"{name} {moment.isoformat()} is {plain_duration(now - moment)} in the past, more than "
+            f"WAKES['PAST_AT_LIMIT'] ({plain_duration(limit)}) allows: give a later time, or delay='0s' to fire now"
+        )
+    return moment
 
 
 def prompt_text(value: Any, *, name: str = "prompt") -> str:

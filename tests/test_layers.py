@@ -33,6 +33,7 @@ VOCABULARY = {
     "signals",
     "sinks",
     "states",
+    "text",
     "timeutil",
     "transient",
     "validation",

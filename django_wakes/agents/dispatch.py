@@ -22,6 +22,7 @@ from asgiref.sync import sync_to_async
 
 from .. import clock
 from ..exceptions import BudgetExceeded, UnknownKind, WakeError
+from ..text import control_character
 from .arguments import ToolError, bad_text, check_arguments, duration, parse_arguments, shown
 from .describe import ON_TIMEOUT, SESSION_TURN, describe_wake, iso
 from .schemas import LIST_DEFAULT, SCHEMAS, TOOL_NAMES
@@ -108,13 +109,14 @@ class _Call:
         Workspace and session are written with their lengths, so ids with colons in them can never
         make two calls one key (with ``tool:<session>:<id>``, session ``a:b`` + call ``c`` was session
         ``a`` + call ``b:c``, and one session got the other's wake). The hash is of the three as a
-        JSON list, as unambiguous. The engine refuses a key naming another session's wake besides.
+        JSON list, as unambiguous (also when the id holds a control character, which a key may not).
+        The engine refuses a key naming another session's wake besides.
         """
         if self.tool_call_id is None:
             return None
         workspace, session = self.workspace_id, self.session_id
         readable = f"tool:{len(workspace)}:{workspace}:{len(session)}:{session}:{self.tool_call_id}"
-        if len(readable) <= 200 and bad_text(readable) is None:
+        if len(readable) <= 200 and bad_text(readable) is None and control_character(readable) is None:
             return readable
         digest = hashlib.sha256(json.dumps([workspace, session, self.tool_call_id]).encode())
         return f"tool:sha256:{digest.hexdigest()}"

@@ -34,7 +34,7 @@ from typing import Any
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, IntegerField, Q, Sum, Value
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, TruncHour, TruncMinute
+from django.db.models.functions import Cast, Greatest, TruncHour, TruncMinute
 from django.db.models.lookups import LessThanOrEqual
 
 from ..models import Runner, Wake, WakeAttempt
@@ -204,8 +204,13 @@ def lateness(since: datetime) -> Histogram:
     its ``due_at`` what that attempt was due at, and ``updated_at`` is when it settled, so the window is
     a range scan of ``gc``'s index of terminal rows by ``updated_at``. Joining the attempt log instead made
     PostgreSQL hash-join the whole wake table at a million rows.
+
+    Lateness counts from ``due_at`` or, for a wake created after it was due (a Tasks ``run_after``
+    long past, an ``at`` from before ``WAKES["PAST_AT_LIMIT"]`` existed), from its creation: no
+    runner could have fired it earlier, and years of "lateness" would swamp every quantile.
     """
-    late = ExpressionWrapper(F("claimed_at") - F("due_at"), output_field=DurationField())
+    due = Greatest(F("due_at"), F("created_at"))
+    late = ExpressionWrapper(F("claimed_at") - due, output_field=DurationField())
     rows = Wake.objects.using(reads.alias()).filter(
         state__in=SETTLED_BY_SINK, updated_at__gte=since, due_at__isnull=False, claimed_at__isnull=False
     )

@@ -22,7 +22,7 @@ from ..models import DEFAULT_QUEUE, TriggerType, Wake
 from ..schedules import recurrence
 from ..sinks import SESSION_TURN
 from ..timeutil import to_datetime
-from ..validation import json_value
+from ..validation import json_value, recent_enough
 from . import sessions
 from .bulk import insert_plain_many
 from .insert import (
@@ -172,7 +172,7 @@ def _schedule_fields(
         if delay is not None:
             fields["fire_at"] = after(now, parse_duration(delay, name="delay"), name="delay")
         else:
-            fields["fire_at"] = to_datetime(at, name="at")
+            fields["fire_at"] = recent_enough(to_datetime(at, name="at"), now)
     expiry = _expiry(now, expires_in, expires_at)
     fields.update(trigger_type=TriggerType.AT, expires_at=expiry, due_at=earliest(fields["fire_at"], expiry))
     return fields

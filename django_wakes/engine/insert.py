@@ -161,7 +161,7 @@ def _create_wake(fields: dict[str, Any], *, coalesce: bool, budget: bool, now: d
                 if holder is not None:
                     return holder
             if budget:
-                sessions.enforce_budget(using, fields, now)
+                fields = sessions.enforce_budget(using, fields, now)
             else:
                 sessions.refuse_if_stopped(fields.get("session_id"), workspace_id=fields["workspace_id"])
             wake = Wake(

@@ -24,6 +24,7 @@ from ..exceptions import BudgetExceeded, SessionStopped
 from ..models import LIVE_STATES, SessionControl, State, Wake, WorkspaceLock
 from ..sinks import SESSION_TURN
 from ..validation import key
+from . import chain_budget
 from .shared import announce_due, db_alias, lock_or_create, logger
 
 
@@ -130,18 +131,23 @@ def _duration_limit(name: str) -> timedelta | None:
     return None if value is None else parse_duration(value, name=f"WAKES['BUDGETS'][{name!r}]")
 
 
-def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
+def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> dict[str, Any]:
     """Refuse a wake made for an agent that would go over a budget; lock what the counts depend on.
 
     Runs inside the create transaction, before the insert; the locks are held until it commits.
+    Return the fields to insert: a new recurring chain's are fitted to the budgets for every
+    occurrence (:func:`~django_wakes.engine.chain_budget.fit_chain`: its first occurrence moved to
+    at least the minimum delay ahead, its end at the horizon).
     """
     session, workspace = fields.get("session_id"), fields["workspace_id"]
     depth_cap = _limit("CHAIN_MAX_DEPTH")
     if depth_cap is not None and fields.get("depth", 0) > depth_cap:
         raise BudgetExceeded("chain_max_depth", f"this wake would be {fields['depth']} deep; at most {depth_cap}")
+    soonest, latest = _duration_limit("SESSION_MIN_DELAY"), _duration_limit("SESSION_MAX_HORIZON")
+    cooldown = _duration_limit("SESSION_COOLDOWN")
+    fields = chain_budget.fit_chain(fields, now, soonest=soonest, latest=latest, cooldown=cooldown)
     fire_at = fields.get("fire_at")
     if fire_at is not None:
-        soonest, latest = _duration_limit("SESSION_MIN_DELAY"), _duration_limit("SESSION_MAX_HORIZON")
         if soonest is not None and fire_at - now < soonest:
             raise BudgetExceeded("session_min_delay", f"a wake must fire at least {plain_duration(soonest)} from now")
         if latest is not None and fire_at - now > latest:
@@ -150,7 +156,6 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
         control = _lock_session(using, workspace, session, now)
         if control.stopped_at is not None:
             raise _stopped(session, workspace)
-        cooldown = _duration_limit("SESSION_COOLDOWN")
         if cooldown is not None and control.last_agent_wake_at and now - control.last_agent_wake_at < cooldown:
             since = plain_duration(cooldown)
             raise BudgetExceeded("session_cooldown", f"this session made a wake less than {since} ago")
@@ -166,6 +171,7 @@ def enforce_budget(using: str, fields: dict[str, Any], now: datetime) -> None:
         live = Wake.objects.using(using).filter(workspace_id=workspace, state__in=LIVE_STATES).count()
         if live >= workspace_cap:
             raise BudgetExceeded("workspace_max_live", f"this workspace has {live} live wakes; at most {workspace_cap}")
+    return fields
 
 
 def budget_spent(using: str, fields: dict[str, Any], now: datetime) -> None:

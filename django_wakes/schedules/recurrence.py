@@ -36,6 +36,7 @@ from ..timeutil import to_datetime
 from .catch_up import CatchUpPlan, next_slot, plan_catch_up
 from .cron import CronGrid, _cron_grid
 from .dst import DstPolicy, _zone_name, dst_policy
+from .gaps import Gap, closest
 from .grids import EveryGrid, Grid, _every, grid_for
 from .preview import Occurrence, preview, upcoming
 
@@ -44,9 +45,11 @@ __all__ = [
     "CronGrid",
     "DstPolicy",
     "EveryGrid",
+    "Gap",
     "Grid",
     "Occurrence",
     "chain_key",
+    "closest",
     "dst_policy",
     "grid_for",
     "next_slot",

@@ -22,8 +22,10 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import clock, engine
+from ..conf import wakes_settings
 from ..exceptions import InvalidWake, WakeError
 from ..models import Wake
+from ..timeutil import to_datetime
 from ..validation import key
 from . import options, results
 from .arguments import json_arguments
@@ -37,6 +39,24 @@ DEFAULT_WORKSPACE = "tasks"
 #: contract has it (a task that raises is FAILED). A runner killed mid-task does not use one up the
 #: first time (it cannot tell whether the task started), so that task runs again.
 DEFAULT_MAX_ATTEMPTS = 1
+
+
+def _run_at(run_after: datetime | None, intent: dict[str, Any]) -> datetime:
+    """When a task's wake is due: ``run_after``, or now when it is further back than ``WAKES["PAST_AT_LIMIT"]``.
+
+    A ``run_after`` in the past is ordinary in Django's API ("an hour after sign-up", computed for an
+    old account): it runs at once, and is never refused as ``schedule(at=...)`` refuses a time that
+    old. The asked ``run_after`` is kept in the intent, so the ``TaskResult`` still reports it.
+    """
+    now = clock.now()
+    if run_after is None:
+        return now
+    moment = to_datetime(run_after, name="run_after")
+    limit = wakes_settings.past_at_limit
+    if limit is not None and now - moment > limit:
+        intent["run_after"] = moment.isoformat()
+        return now
+    return moment
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +162,7 @@ class WakesBackend(BaseTaskBackend):
         wake = engine.schedule(
             workspace_id=self.workspace,
             kind=TASK_KIND,
-            at=task.run_after if task.run_after is not None else clock.now(),
+            at=_run_at(task.run_after, intent),
             intent=intent,
             priority=task.priority,
             queue_name=task.queue_name,

@@ -65,7 +65,10 @@ def load_task(wake: Wake) -> Task:  # type: ignore[type-arg]
     task = import_string(path)
     if not isinstance(task, Task):
         raise SuspiciousOperation(f"wake {wake.pk}: {path} is not a Task (decorate the function with @task)")
-    run_after = wake.fire_at if intent.get("deferred") else None
+    asked = intent.get("run_after")  # a run_after further back than PAST_AT_LIMIT: the wake is due from its enqueue
+    run_after = (
+        (datetime.fromisoformat(asked) if isinstance(asked, str) else wake.fire_at) if intent.get("deferred") else None
+    )
     if run_after is not None and intent.get("naive"):
         run_after = timezone.make_naive(run_after)
     return task.using(

@@ -27,6 +27,7 @@ from django_wakes.engine.schema import not_migrated_message, unapplied_migration
 from django_wakes.exceptions import InvalidDuration, InvalidWake
 from django_wakes.models import Runner, SessionControl, State, Wake
 from django_wakes.tasks import TASK_KIND
+from django_wakes.text import printable
 
 #: ``wakes status`` lists at most this many stopped sessions (newest first).
 STOPPED_SHOWN = 20
@@ -254,7 +255,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for label, names in (("booked", report.booked), ("re-planned", report.replanned), ("ended", report.ended)):
             for name in names:
-                self.stdout.write(f"{label}: {name}")
+                self.stdout.write(f"{label}: {printable(name)}")
         self.stdout.write(
             f"periodic tasks: {len(report.booked)} booked, {len(report.replanned)} re-planned, "
             f"{len(report.ended)} ended, {len(report.kept)} unchanged"
@@ -262,9 +263,10 @@ class Command(BaseCommand):
 
     def _status(self, *, as_json: bool) -> None:
         snap = status_snapshot()
-        if as_json:
+        if as_json:  # json.dumps escapes every control character (and all non-ASCII text)
             self.stdout.write(json.dumps(snap, indent=2))
             return
+        snap = _printable(snap)  # ids, lanes, kinds, reasons, hosts: a row may hold what a terminal obeys
         now = datetime.fromisoformat(snap["now"])
         write = self.stdout.write
         write(self.style.MIGRATE_HEADING("Needs attention"))
@@ -336,6 +338,17 @@ class Command(BaseCommand):
                 f"  {number:>3}  {local:%a %Y-%m-%d %H:%M:%S} {local.tzname():<5}  {occurrence.at:%Y-%m-%d %H:%M:%SZ}"
             )
             write(line + (f"  DST: {occurrence.note}" if occurrence.note else ""))
+
+
+def _printable(value: Any) -> Any:
+    """``value`` (the snapshot: dicts, lists, strings, numbers) with control characters in its strings escaped."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _start_moment(text: str, zone: str) -> datetime:
