@@ -245,3 +245,20 @@ def test_a_runwakes_process_ends_an_agent_chain_at_the_horizon(procs, sinks, bud
     fired = sorted(rows.filter(state=State.FIRED).values_list("fire_at", flat=True))
     assert 3 <= len(fired) <= 4 and fired[-1] <= chain.end_at, fired  # one a second, none past the horizon
     assert not rows.filter(state__in=[State.PENDING, State.FIRING]).exists()
+
+
+def test_a_budgeted_chain_that_falls_behind_never_fires_turns_back_to_back(clock, sinks, budgets):
+    """With no runner for an hour, replay would fire the 12 missed turns one per pass, a minute apart or less."""
+    calls = sinks(KIND)
+    budgets(SESSION_MIN_DELAY="90s", SESSION_COOLDOWN="2m")
+    chain = agent_chain(cron="*/5 * * * *", catch_up="replay")
+    assert chain.catch_up == "skip"
+    clock.set(chain.fire_at + timedelta(hours=1))
+    for _ in range(15):
+        engine.run_due()
+    assert Wake.objects.filter(chain_id=chain.chain_id, state=State.FIRED).count() == 0
+    assert not [c for c in calls if c]
+    upcoming = Wake.objects.get(chain_id=chain.chain_id, state=State.PENDING)
+    assert upcoming.fire_at > clock.now()
+    host = django_wakes.schedule(workspace_id=WS, session_id=SESSION, kind=KIND, cron="*/5 * * * *")
+    assert host.catch_up == "replay"  # host code without budget=True keeps its policy

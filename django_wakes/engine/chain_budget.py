@@ -12,7 +12,11 @@ will ever book:
 * ``SESSION_COOLDOWN``: no two consecutive occurrences come closer than it either (each occurrence
   is a turn the session did not ask for at the time);
 * ``SESSION_MAX_HORIZON``: the chain ends at now + the horizon (its ``end_at`` is lowered to it, and
-  every occurrence carries it), so no occurrence lies further ahead than a one-off wake may.
+  every occurrence carries it), so no occurrence lies further ahead than a one-off wake may;
+* and since either spacing (minimum delay or cooldown) would be broken by a catch-up that fires missed
+  occurrences back to back (``replay``) or fires one late turn just before the next slot (``latest``),
+  such a chain catches up with ``skip``: after an outage it resumes at its next future slot, so two of
+  its turns never come closer than the grid allows.
 
 A refusal is :class:`~django_wakes.exceptions.BudgetExceeded` naming the limit, with the two
 occurrences that come too close in the message; a tool reports ``too_soon`` (minimum delay) or
@@ -28,6 +32,7 @@ from ..durations import plain_duration
 from ..exceptions import BudgetExceeded, InvalidSchedule
 from ..schedules import recurrence
 from ..schedules.recurrence import CronGrid, DstPolicy, EveryGrid, Grid
+from ..states import CatchUp
 from .shared import earliest
 
 _TINY = timedelta(microseconds=1)
@@ -87,4 +92,7 @@ def fit_chain(
                 f"({close.before:%Y-%m-%d %H:%M} and {close.after:%Y-%m-%d %H:%M} local time); "
                 f"{what} at least {plain_duration(bound)} apart, at every occurrence",
             )
-    return {**fields, "fire_at": first, "end_at": end, "due_at": earliest(first, fields.get("expires_at"))}
+    fitted = {**fields, "fire_at": first, "end_at": end, "due_at": earliest(first, fields.get("expires_at"))}
+    if bounds:
+        fitted["catch_up"] = CatchUp.SKIP  # replay/latest would fire turns closer than the bounds after an outage
+    return fitted
