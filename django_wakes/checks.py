@@ -18,6 +18,8 @@
 | E013 | WAKES is not a dict |
 | E014 | PERIODIC is not a list of periodic task entries, or names a task that cannot be imported |
 | E015 | checking a setting failed unexpectedly (the message names the setting and the error) |
+| E020 | LIMITS is not a dict of key or ``prefix:*`` -> {concurrency: positive int, rate: "N/<duration>"} |
+| E021 | WORKSPACE_LIMIT is neither such a dict nor the dotted path of fn(workspace_id) -> dict or None |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -101,6 +103,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             ("WAKES['WEBHOOKS']", _webhooks),
             ("WAKES['METRICS_TOKENS']", _metrics_tokens),
             ("WAKES['PERIODIC']", _periodic),
+            ("WAKES['LIMITS'] and WAKES['WORKSPACE_LIMIT']", _limits),
             ("WAKES['AUTHORIZE'] and WAKES['SPAWN_TURN']", _missing_hooks),
         ]
     )
@@ -416,6 +419,18 @@ def _periodic() -> Iterator[CheckMessage]:
         if "WAKES['PERIODIC']" not in message:
             message = f"WAKES['PERIODIC'] {value!r:.100}: {type(exc).__name__}: {message}"
         yield Error(message[:400], hint="See docs/tasks.md, periodic tasks.", id="django_wakes.E014")
+
+
+def _limits() -> Iterator[CheckMessage]:
+    """Validate LIMITS and WORKSPACE_LIMIT (:mod:`django_wakes.engine.limit_rules`): each message names its entry."""
+    from .engine.limit_rules import problems
+
+    for setting, problem in problems():
+        yield Error(
+            problem,
+            hint='e.g. WAKES["LIMITS"] = {"mailer": {"concurrency": 5, "rate": "100/1m"}, "crm:*": {"rate": "10/1s"}}',
+            id="django_wakes.E020" if setting == "LIMITS" else "django_wakes.E021",
+        )
 
 
 def _missing_hooks() -> Iterator[CheckMessage]:

@@ -38,6 +38,10 @@ Defaults (every key optional)::
                                   # when dispatch() is given no on_approval (always, for the MCP server)
         "MCP_AUTH": None,         # dotted path of fn(request) -> (workspace_id, session_id) | None: who calls
                                   # the MCP endpoint mcp/ (None: the endpoint answers 404) (docs/agents.md)
+        "LIMITS": {},             # limit_key (or "prefix:*") -> {"concurrency": N, "rate": "N/<duration>"}:
+                                  # at most N firing at once / started per period, per key (engine/limit_rules.py)
+        "WORKSPACE_LIMIT": None,  # the same limits for each workspace: a dict, or the dotted path of
+                                  # fn(workspace_id) -> dict | None
     }
 """
 
@@ -81,6 +85,8 @@ DEFAULTS: dict[str, Any] = {
     "PERIODIC": [],
     "ON_APPROVAL": None,
     "MCP_AUTH": None,
+    "LIMITS": {},
+    "WORKSPACE_LIMIT": None,
 }
 
 

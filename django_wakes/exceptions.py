@@ -77,6 +77,10 @@ class BudgetExceeded(InvalidWake):
         self.limit = limit
 
 
+class InvalidLimit(InvalidWake):
+    """A limit (``WAKES["LIMITS"]``, ``WAKES["WORKSPACE_LIMIT"]``, a rate such as ``"100/1m"``) is malformed."""
+
+
 class SessionStopped(InvalidWake):
     """The session was stopped (:func:`django_wakes.stop_session`): it takes no new wakes until resumed."""
 

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
+from . import states
 from .fields import InstantField
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
@@ -13,6 +14,7 @@ from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMiss
 __all__ = [
     "DEFAULT_QUEUE",
     "KEY_LENGTH",
+    "LimitSlot",
     "QUEUE_NAME_LENGTH",
     "LIVE_STATES",
     "TERMINAL_STATES",
@@ -200,6 +202,13 @@ class Wake(models.Model):
         default=DEFAULT_QUEUE,
         help_text=_("A runner started with --queues fires only wakes of those queues."),
     )
+    limit_key = models.CharField(
+        _("limit key"),
+        max_length=KEY_LENGTH,
+        null=True,
+        blank=True,
+        help_text=_('Its start waits for the limits WAKES["LIMITS"] sets on this key.'),
+    )
 
     created_at = InstantField(_("created"))
     updated_at = InstantField(_("updated"))
@@ -249,6 +258,12 @@ class Wake(models.Model):
             ),
             models.Index(fields=["chain_id", "fire_at"], name="wake_chain_idx"),
             models.Index(fields=["session_id"], name="wake_session_idx"),
+            # the limits page and the claim: pending wakes of a limit key (only rows that have one).
+            models.Index(
+                fields=["limit_key"],
+                condition=Q(state=State.PENDING, limit_key__isnull=False),
+                name="wake_pending_limit_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(fields=["workspace_id", "idempotency_key"], name="wake_idempotency_uniq"),
@@ -482,6 +497,38 @@ class Fence(models.Model):
 
     def __str__(self) -> str:
         return f"fence {self.pk}"
+
+
+class LimitSlot(models.Model):
+    """One of the N slots of a limit on one key or workspace (``WAKES["LIMITS"]``, ``WAKES["WORKSPACE_LIMIT"]``).
+
+    A claim takes a free slot (locked ``SKIP LOCKED``) of each limit its wake is under, or leaves the wake
+    pending. A slot is held while ``holder`` is firing under ``holder_token`` (the claim's token: ending
+    the claim frees it); a rate slot rests until ``free_at``, its last start plus the period
+    (:mod:`django_wakes.engine.limit_slots`).
+    """
+
+    scope = models.CharField(_("scope"), max_length=max(map(len, states.LimitScope)), choices=states.LimitScope.choices)
+    name = models.CharField(_("key or workspace"), max_length=KEY_LENGTH)
+    kind = models.CharField(_("limit"), max_length=max(map(len, states.LimitKind)), choices=states.LimitKind.choices)
+    number = models.PositiveIntegerField(_("slot"))
+    holder = models.BigIntegerField(_("held by wake"), null=True, blank=True)
+    holder_token = models.CharField(_("held under claim"), max_length=32, null=True, blank=True, editable=False)
+    free_at = InstantField(_("free from"), null=True, blank=True, help_text=_("A rate slot: its last start + period."))
+    used_at = InstantField(_("last taken"))
+
+    class Meta:
+        verbose_name = _("limit slot")
+        verbose_name_plural = _("limit slots")
+        constraints = [models.UniqueConstraint(fields=["scope", "name", "kind", "number"], name="limitslot_uniq")]
+        # usage(): slots held by firing wakes, and rate slots resting until free_at.
+        indexes = [
+            models.Index(fields=["holder"], name="limitslot_holder_idx"),
+            models.Index(fields=["free_at"], name="limitslot_free_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} slot {self.number} of {self.scope} {self.name}"
 
 
 class Runner(models.Model):

@@ -102,6 +102,24 @@ class Outcome(models.TextChoices):
     read-only): retried soon, not charged. See :func:`~django_wakes.transient.is_outage`."""
 
 
+class LimitScope(models.TextChoices):
+    """Whose limit a slot belongs to (:class:`~django_wakes.models.LimitSlot`)."""
+
+    KEY = "key", _("limit key")
+    """A ``limit_key`` under ``WAKES["LIMITS"]``: each key that an entry matches has its own slots."""
+    WORKSPACE = "workspace", _("workspace")
+    """A workspace under ``WAKES["WORKSPACE_LIMIT"]``: each workspace has its own slots."""
+
+
+class LimitKind(models.TextChoices):
+    """What a limit counts."""
+
+    CONCURRENCY = "concurrency", _("concurrency")
+    """Wakes firing at once: a slot is held from the claim until the wake leaves ``firing``."""
+    RATE = "rate", _("rate")
+    """Wakes started per period: a slot is used by one start, then rests for the period."""
+
+
 class Disposition(StrEnum):
     """What one fire did to its wake, as a pass tallies it: the attempt outcomes and four more.
 

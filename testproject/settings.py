@@ -143,6 +143,10 @@ if os.environ.get("WAKES_TEST_PERIODIC"):
 if os.environ.get("WAKES_TEST_SINKS"):
     WAKES["SINKS"] = json.loads(os.environ["WAKES_TEST_SINKS"])
 
+# WAKES_TEST_LIMITS (JSON): WAKES["LIMITS"] for the runner processes of tests/test_limits_processes.py.
+if os.environ.get("WAKES_TEST_LIMITS"):
+    WAKES["LIMITS"] = json.loads(os.environ["WAKES_TEST_LIMITS"])
+
 # WAKES_PUSH_DATABASE_URL: "default" goes through a transaction pooler (PgBouncer), which LISTEN cannot
 # use, so the runner LISTENs on this direct connection instead; Django needs server-side cursors off
 # behind such a pooler (tests/test_pgbouncer.py).

@@ -140,3 +140,10 @@ def report(name: str) -> str:
 
 def not_a_task() -> None:
     """A plain function: a periodic entry naming it is refused."""
+
+
+@task(limit_key="crm:{account}")
+def crm_sync(account: str) -> str:
+    """A task under the limits of its account's key (``WAKES["LIMITS"]`` entry ``crm:*``; tests/test_limits.py)."""
+    _probe("crm_sync", account=account)
+    return account

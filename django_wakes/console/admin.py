@@ -70,8 +70,9 @@ class WakeAdmin(WakeList, WakePage, WakeOperations, LanesPage, ReadOnlyAdmin):
             "<path:object_id>/operate/<str:operation>/", wrap(self.operate_view), name="django_wakes_wake_operate"
         )
         from .chains import chain_urls  # the chain page (admin:django_wakes_chain): its own module
+        from .limits import limit_urls  # the limits page (admin:django_wakes_limits): its own module
 
-        return [dashboard, lanes, operate, *chain_urls(self), *super().get_urls()]
+        return [dashboard, lanes, operate, *chain_urls(self), *limit_urls(self), *super().get_urls()]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Wake]:
         """The wake list, when read (GET), comes from ``WAKES["READ_DATABASE"]``; everything else from the primary.

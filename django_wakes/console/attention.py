@@ -26,12 +26,15 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import cached_property
 from statistics import median
+from typing import Any
 
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 
 from .. import clock
 from ..conf import wakes_settings
+from ..engine import limit_rules, limit_slots
+from ..engine.limit_slots import Hold
 from ..models import Outcome, PausedLane, Runner, State, Wake, WakeAttempt
 from ..querysets import WakeQuerySet, live_since
 from ..sinks import registry
@@ -89,6 +92,7 @@ class Attention:
         self._holders: dict[str, Wake | None] = {}
         self._heads: dict[str, Wake | None] = {}
         self._unwakeable_kinds: list[str] | None = None
+        self._holds: dict[Any, Hold] | None = None
 
     # -- runners ------------------------------------------------------------------------------------
 
@@ -201,6 +205,15 @@ class Attention:
             self._heads[key] = pending.only(*BLOCKER_FIELDS).first()
         head = self._heads[key]
         return head if head is not None and head.pk != wake.pk else None
+
+    # -- held by a limit ------------------------------------------------------------------------
+
+    def limit_hold(self, wake: Wake) -> Hold | None:
+        """The full limit (``WAKES["LIMITS"]``, ``WAKES["WORKSPACE_LIMIT"]``) holding this due wake back, if any."""
+        if self._holds is None:
+            active = limit_rules.active()
+            self._holds = limit_slots.full(reads.alias(), self.now, limit_rules.current()) if active else {}
+        return limit_slots.hold_of(wake, self._holds, self.now)
 
     # -- hung ---------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Runner, State, TriggerType, Wake
 from .attention import Attention, seconds
+from .limits import hold_text
 
 SUMMARY_CHARS = 80
 #: Keys and paths longer than this are cut in the list (the whole value is on hover): no horizontal scroll.
@@ -173,7 +174,8 @@ def wake_link(wake_id: int) -> str:
 
 
 def why(wake: Wake, attention: Attention) -> str:
-    """The note an operator reads first: hung, unwakeable, paused, no runner, held by its lane, dead, failing, late."""
+    """The note an operator reads first: hung, unwakeable, paused, no runner, held by its lane or a limit, dead,
+    failing, late."""
     hung = attention.hung_reason(wake)
     if hung:
         return format_html('<strong class="wake-hung">{} {}</strong>', _("hung:"), hung)
@@ -197,6 +199,9 @@ def why(wake: Wake, attention: Attention) -> str:
     blocker = attention.lane_blocker(wake)
     if blocker is not None:
         return held_by(blocker, attention)
+    hold = attention.limit_hold(wake)
+    if hold is not None:
+        return format_html('<strong class="wake-limited">{}</strong>', hold_text(hold, attention.now))
     if wake.state == State.DEAD:
         line = last_line(wake.last_error) or str(_("failed every attempt"))
         return format_html(

@@ -92,7 +92,10 @@ class WakePage(OperatorMixin):
     # token_hash, claim_token and coalesce_key are deliberately absent.
     fieldsets = (
         (None, {"fields": ("id", "state", "why_now", "next_step", "trigger_as_written", "what_it_does", "in_flight")}),
-        (_("Identity"), {"fields": ("kind", "workspace_id", "session_id", "lane", "queue_name", "priority")}),
+        (
+            _("Identity"),
+            {"fields": ("kind", "workspace_id", "session_id", "lane", "queue_name", "priority", "limit_key")},
+        ),
         (
             _("Timing"),
             {"fields": ("created", "fire_at_s", "due_at_s", "expires_at_s", "claimed_at_s", "settled_at_s", "updated")},

@@ -32,6 +32,7 @@ from ..conf import wakes_settings
 from ..models import Fence, State, TriggerType, Wake
 from ..querysets import WakeQuerySet
 from ..sinks import registry
+from . import limit_rules, limit_slots
 from .claim_rows import _claim_rows
 from .leases import Claim, next_fence, renew_leases
 from .shared import db_alias, logger, new_claim_token
@@ -71,10 +72,12 @@ def claim_batch(
         raise_rolled_back=raise_rolled_back,
     )
     if not tracing.enabled():
-        return claim()
-    started = tracing.now_ns()
-    claims = claim()
-    tracing.claimed(claims, started, tracing.now_ns())
+        claims = claim()
+    else:
+        started = tracing.now_ns()
+        claims = claim()
+        tracing.claimed(claims, started, tracing.now_ns())
+    limit_slots.note_unlimited(claims)
     return claims
 
 
@@ -94,7 +97,8 @@ def _claim_batch(
         return []
     using = db_alias()
     try:
-        if connections[using].vendor in ONE_STATEMENT_VENDORS:
+        # With limits configured every pass is claimed in steps: admitting a wake takes its limits' slots.
+        if connections[using].vendor in ONE_STATEMENT_VENDORS and not limit_rules.active():
             try:
                 one = _claim_in_one_statement(using, now, kinds, limit, runner_id, lanes, lease, queues)
             except IntegrityError:
@@ -151,7 +155,8 @@ def _claim_in_steps(
         if undecided is not None:
             ids = undecided[:room]
         else:
-            ids = list(_due_candidates(using, now, kinds, lanes, queues).values_list("id", flat=True)[:room])
+            candidates = limit_slots.without_held(_due_candidates(using, now, kinds, lanes, queues), using, now)
+            ids = list(candidates.values_list("id", flat=True)[:room])
         if not ids:
             return claims
         locked = list(manager.lock_pending(ids, now))

@@ -22,7 +22,7 @@ from ..conf import wakes_settings
 from ..logs import about
 from ..models import State, TriggerType, Wake
 from ..schedules import recurrence
-from . import create
+from . import create, limit_slots
 from .leases import Claim, next_fence
 from .shared import logger, new_claim_token
 
@@ -82,6 +82,7 @@ def _claim_rows(
 ) -> list[Claim]:
     token = new_claim_token()
     lease_until = now + (lease or wakes_settings.lease)
+    rows = limit_slots.admit(using, rows, now, token)  # a wake short of a limit's slot stays pending, uncharged
     groups: dict[str, tuple[dict[str, Any], bool, list[Wake]]] = {}
     seen_lanes: set[str] = set()
     for wake in rows:

@@ -76,9 +76,11 @@ def schedule(
     budget: bool = False,
     priority: int = 0,
     queue_name: str = DEFAULT_QUEUE,
+    limit_key: str | None = None,
 ) -> Wake:
     """Create a time-triggered wake: exactly one of ``delay``, ``at``, ``cron`` or ``every``.
 
+    ``limit_key``: the key whose limits (``WAKES["LIMITS"]``) hold its start back; a chain's occurrences keep it.
     ``dst``: a cron chain's daylight-saving policy (:class:`~django_wakes.schedules.recurrence.DstPolicy`,
     ``{"ambiguous": ..., "missing": ...}`` or ``"ambiguous=both,missing=skip"``); default, today's rule.
     """
@@ -105,6 +107,7 @@ def schedule(
         max_attempts=max_attempts,
         priority=priority,
         queue_name=queue_name,
+        limit_key=limit_key,
     )
     return create_wake(fields, coalesce=coalesce, budget=budget, now=now)
 
@@ -137,6 +140,7 @@ def _schedule_fields(
     max_attempts: Any = None,
     priority: Any = 0,
     queue_name: Any = DEFAULT_QUEUE,
+    limit_key: Any = None,
 ) -> dict[str, Any]:
     """Validate :func:`schedule`'s arguments into the fields of the wake (nothing is written)."""
     given = [n for n, v in (("delay", delay), ("at", at), ("cron", cron), ("every", every)) if v is not None]
@@ -152,6 +156,7 @@ def _schedule_fields(
         max_attempts=max_attempts,
         priority=priority,
         queue_name=queue_name,
+        limit_key=limit_key,
     )
     if cron is not None or every is not None:
         fields.update(

@@ -24,7 +24,7 @@ from ..models import DEFAULT_QUEUE, KEY_LENGTH, QUEUE_NAME_LENGTH, Wake
 from ..sinks import SESSION_TURN, registry
 from ..timeutil import to_datetime
 from ..validation import json_value, key, positive_int, priority_value
-from . import notify, sessions
+from . import limit_rules, notify, sessions
 from .shared import after, db_alias, firing_wake, retry_rolled_back
 
 KIND_MAX_LENGTH: int = Wake._meta.get_field("kind").max_length or 100
@@ -63,8 +63,9 @@ def _common(
     max_attempts: Any = None,
     priority: Any = 0,
     queue_name: Any = DEFAULT_QUEUE,
+    limit_key: Any = None,
 ) -> dict[str, Any]:
-    """The validated fields every kind of wake has (``max_attempts`` only when given)."""
+    """The validated fields every kind of wake has (``max_attempts`` and ``limit_key`` only when given)."""
     workspace = key(workspace_id, name="workspace_id")
     session = key(session_id, name="session_id", required=False)
     checked_kind = _check_kind(kind, session)
@@ -83,6 +84,8 @@ def _common(
     }
     if max_attempts is not None:
         fields["max_attempts"] = positive_int(max_attempts, name="max_attempts")
+    if limit_key is not None:
+        fields["limit_key"] = limit_rules.limit_key(limit_key)
     return fields
 
 

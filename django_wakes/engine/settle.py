@@ -24,7 +24,7 @@ from ..sinks import KEEP, SESSION_TURN, Defer, Done, Retry, Sink, Stop, call_sin
 from ..states import Disposition
 from ..timeutil import to_datetime
 from ..validation import json_value
-from . import create, interrupts, sessions
+from . import create, interrupts, limit_rules, sessions
 from .failures import OUTAGE_RETRY, _settle_defer, _settle_failure, _settle_outage, _settle_superseded
 from .fencing import (
     LET_GO,
@@ -36,6 +36,7 @@ from .fencing import (
     fenced,
     release,
 )
+from .limit_slots import started
 from .shared import ROLLBACK_TRIES, db_alias, firing_wake, is_outage, logger, ms, retry_rolled_back
 
 if TYPE_CHECKING:
@@ -144,6 +145,10 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
         f"recording wake {wake.pk}'s start", lambda: _record_start(claim), tries=tries
     ):
         return _fenced_out(claim)
+    if limit_rules.active():  # a rate slot counts this start from now (engine.limit_slots)
+        retry_rolled_back(
+            f"recording wake {wake.pk}'s start", lambda: started(db_alias(), claim, clock.now()), tries=tries
+        )
     return sink_fn
 
 

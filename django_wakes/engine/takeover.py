@@ -21,6 +21,7 @@ from .. import clock, tracing
 from ..conf import wakes_settings
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..sinks import registry
+from . import limit_slots
 from .fencing import bury_locked
 from .leases import Claim, next_fence
 from .shared import db_alias, new_claim_token, retry_rolled_back
@@ -122,6 +123,7 @@ def _take_over_lapsed(
             sink_started_at=None,
             updated_at=now,
         )
+        limit_slots.taken_over(using, wake, wake.claim_token, token)  # its limits' slots go with it
         wake.claim_token, wake.lease_until, wake.claimed_by, wake.claimed_at = token, now + lease, runner_id, now
         wake.attempts, wake.fence, wake.guarded, wake.sink_started_at = attempts, fence, True, None
         claims.append(

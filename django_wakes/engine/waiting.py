@@ -58,6 +58,7 @@ def watch(
     budget: bool = False,
     priority: int = 0,
     queue_name: str = DEFAULT_QUEUE,
+    limit_key: str | None = None,
 ) -> Wake:
     """Create a wake that fires when :func:`deliver_event` delivers its key in this workspace.
 
@@ -78,6 +79,7 @@ def watch(
         max_attempts=max_attempts,
         priority=priority,
         queue_name=queue_name,
+        limit_key=limit_key,
     )
     keys = _event_keys(event_key, event_keys)
     event_match = events.match_filter(match)
@@ -171,6 +173,7 @@ def request_approval(
     budget: bool = False,
     priority: int = 0,
     queue_name: str = DEFAULT_QUEUE,
+    limit_key: str | None = None,
 ) -> ApprovalRequest:
     """Create a wake that fires when a human answers; return it with its one-time token.
 
@@ -198,6 +201,7 @@ def request_approval(
         max_attempts=max_attempts,
         priority=priority,
         queue_name=queue_name,
+        limit_key=limit_key,
     )
     expiry = _expiry(now, expires_in, expires_at)
     token = secrets.token_urlsafe(32)

@@ -162,6 +162,7 @@ def occurrence_fields(
         "max_attempts": wake.max_attempts,
         "priority": wake.priority,
         "queue_name": wake.queue_name,
+        "limit_key": wake.limit_key,
         "cron": wake.cron,
         "every": wake.every,
         "tz": wake.tz,

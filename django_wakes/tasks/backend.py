@@ -67,11 +67,13 @@ class WakesTask(Task):  # type: ignore[type-arg]
     ``backoff``: the wait before the next attempt: a duration (``"30s"``) or ``{"BASE", "FACTOR",
     "MAX"}`` (default: ``WAKES["BACKOFF"]``). ``serial_key``: a lane (tasks of one lane run one at a
     time, in order), or a template filled from the call's arguments (``"account:{account_id}"``).
+    ``limit_key``: the key whose ``WAKES["LIMITS"]`` hold its start back (``"crm:{account_id}"``, a template too).
     """
 
     max_attempts: int | None = None
     backoff: Any = None
     serial_key: str | None = None
+    limit_key: str | None = None
 
     def using(
         self,
@@ -83,6 +85,7 @@ class WakesTask(Task):  # type: ignore[type-arg]
         max_attempts: int | None = None,
         backoff: Any = None,
         serial_key: str | None = None,
+        limit_key: str | None = None,
     ) -> WakesTask:
         """Return a copy with other defaults, django-wakes' options included (``.using(serial_key="user:7")``)."""
         changes: dict[str, Any] = {}
@@ -94,6 +97,7 @@ class WakesTask(Task):  # type: ignore[type-arg]
             ("max_attempts", max_attempts),
             ("backoff", backoff),
             ("serial_key", serial_key),
+            ("limit_key", limit_key),
         ):
             if value is not None:
                 changes[name] = value
@@ -138,6 +142,7 @@ class WakesBackend(BaseTaskBackend):
         options.max_attempts(getattr(task, "max_attempts", None))
         options.backoff(getattr(task, "backoff", None))
         options.lane_template(getattr(task, "serial_key", None))
+        options.lane_template(getattr(task, "limit_key", None), name="limit_key")
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
         """Write the task's wake in the caller's transaction and return its ``TaskResult`` (READY)."""
@@ -174,6 +179,14 @@ class WakesBackend(BaseTaskBackend):
                 takes_context=task.takes_context,
             ),
             max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+            limit_key=options.fill_lane(
+                getattr(task, "limit_key", None),
+                call_args,
+                call_kwargs,
+                func=task.func,
+                takes_context=task.takes_context,
+                name="limit_key",
+            ),
         )
         result = results.task_result(wake, task=task, attempts=[])
         task_enqueued.send(type(self), task_result=result)

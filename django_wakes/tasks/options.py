@@ -90,9 +90,16 @@ def lane_template(value: Any, *, name: str = "serial_key") -> str | None:
 
 
 def fill_lane(
-    template: str | None, args: list[Any], kwargs: dict[str, Any], *, func: Any = None, takes_context: bool = False
+    template: str | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    func: Any = None,
+    takes_context: bool = False,
+    name: str = "serial_key",
 ) -> str | None:
-    """The lane of one enqueued task: its template filled from the (JSON) arguments.
+    """The lane (or, with ``name="limit_key"``, the limit key) of one enqueued task: its template filled from the
+    (JSON) arguments.
 
     ``{name}`` finds an argument however it was passed (``f("acme")`` and ``f(account="acme")``
     fill ``{account}`` alike, read from ``func``'s signature); ``{0}`` is the first positional one.
@@ -111,15 +118,15 @@ def fill_lane(
     try:
         lane = template.format(*args, **named)
     except (KeyError, IndexError) as exc:
-        raise InvalidTaskArguments(f"serial_key {template!r} names an argument this call does not pass: {exc}") from exc
+        raise InvalidTaskArguments(f"{name} {template!r} names an argument this call does not pass: {exc}") from exc
     try:
-        return key(lane, name="serial_key", max_length=KEY_LENGTH)
+        return key(lane, name=name, max_length=KEY_LENGTH)
     except InvalidWake as exc:
         raise InvalidTaskArguments(str(exc)) from exc
 
 
 #: django-wakes' own options of a task, which ``using()`` may change for one call.
-CALL_OPTIONS = ("max_attempts", "backoff", "serial_key")
+CALL_OPTIONS = ("max_attempts", "backoff", "serial_key", "limit_key")
 
 
 def chosen(task: Any, declared: Any) -> dict[str, Any]:

@@ -66,11 +66,16 @@ class PeriodicTask:
     serial_key: str | None
     max_attempts: int
     backoff: dict[str, float] | None
+    limit_key: str | None = None
 
     @property
     def fingerprint(self) -> str:
-        """A digest of every setting: a declaration whose fingerprint changed is re-planned."""
-        text = json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
+        """A digest of every setting: a declaration whose fingerprint changed is re-planned.
+
+        ``limit_key`` counts only when set, so declarations made before it existed keep their fingerprint.
+        """
+        settings = {k: v for k, v in self.__dict__.items() if not (k == "limit_key" and v is None)}
+        text = json.dumps(settings, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -182,6 +187,14 @@ def _entry(
         ),
         max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
         backoff=options.backoff(getattr(task, "backoff", None)),
+        limit_key=options.fill_lane(
+            getattr(task, "limit_key", None),
+            call_args,
+            call_kwargs,
+            func=task.func,
+            takes_context=task.takes_context,
+            name="limit_key",
+        ),
     )
 
 
@@ -323,6 +336,7 @@ def _book(entry: PeriodicTask) -> Wake:
             queue_name=entry.queue_name,
             serial_key=entry.serial_key,
             max_attempts=entry.max_attempts,
+            limit_key=entry.limit_key,
         )
     except InvalidWake as exc:
         raise PeriodicTaskError(f"periodic task {entry.name!r} could not be booked: {exc}") from exc

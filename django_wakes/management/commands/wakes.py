@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from django_wakes import clock, engine
 from django_wakes.conf import wakes_settings
-from django_wakes.console import stats
+from django_wakes.console import limits, stats
 from django_wakes.console.attention import Attention, seconds
 from django_wakes.durations import parse_duration
 from django_wakes.engine.schema import not_migrated_message, unapplied_migrations
@@ -61,7 +62,12 @@ def status_snapshot() -> dict[str, Any]:
     backlog = stats.backlog(now, attention.fireable_kinds)
     due = wakes.due(now)
     # Overdue as the attention count has it (due over OVERDUE_AFTER ago), not merely due: the two agree.
-    oldest = wakes.overdue(now).order_by("due_at", "id").values("id", "kind", "serial_key", "due_at").first()
+    oldest = (
+        wakes.overdue(now)
+        .order_by("due_at", "id")
+        .values("id", "kind", "serial_key", "due_at", "limit_key", "workspace_id")
+        .first()
+    )
     oldest_due: datetime | None = oldest["due_at"] if oldest is not None else None
     next_due = wakes.pending().filter(due_at__gt=now).aggregate(m=Min("due_at"))["m"]
     live = Runner.objects.using(engine.db_alias()).live(now)
@@ -87,8 +93,23 @@ def status_snapshot() -> dict[str, Any]:
             "lane": oldest["serial_key"],
             "due_at": oldest_due.isoformat(),
             "late_seconds": round((now - oldest_due).total_seconds(), 3),
+            "held": _held(oldest, attention),
         },
         "next_due_at": next_due.isoformat() if next_due else None,
+        "limits": [
+            {
+                "key": row.limit.name,
+                "scope": str(row.limit.scope),
+                "limit": row.limit.text,
+                "size": row.limit.size,
+                "in_use": row.in_use,
+                "waiting": row.waiting,
+                "full": row.full,
+                "held": row.holds_until(now) if row.full else None,
+                "until": row.until.isoformat() if row.full and row.until else None,
+            }
+            for row in limits.overview(now, engine.db_alias())
+        ],
         "stopped_sessions": [
             {
                 "workspace_id": c.workspace_id,
@@ -113,6 +134,12 @@ def status_snapshot() -> dict[str, Any]:
             for r in live.order_by("started_at")
         ],
     }
+
+
+def _held(values: Mapping[str, Any], attention: Attention) -> str | None:
+    """Which full limit holds this due wake back and until when (``None``: none)."""
+    hold = attention.limit_hold(Wake(state=State.PENDING, **{k: v for k, v in values.items() if k != "id"}))
+    return None if hold is None else limits.hold_text(hold, attention.now)
 
 
 def local_time(iso: str) -> str:
@@ -291,10 +318,17 @@ class Command(BaseCommand):
         else:
             write(
                 f"Oldest overdue: wake {oldest['id']} ({oldest['kind']}), due {since(oldest['due_at'], now)}"
-                f" ({local_time(oldest['due_at'])})"
+                f" ({local_time(oldest['due_at'])})" + (f"; {oldest['held']}" if oldest["held"] else "")
             )
         next_due = snap["next_due_at"]
         write(f"Next due:       {'none' if next_due is None else f'{since(next_due, now)} ({local_time(next_due)})'}")
+        if snap["limits"]:
+            write(self.style.MIGRATE_HEADING(f"Limits ({len(snap['limits'])} in play)"))
+            for row in snap["limits"]:
+                key = row["key"] if row["scope"] == "key" else f"workspace {row['key']}"
+                used = f"{row['in_use']:>5}/{row['size']:<5}"
+                line = f"  {key:<24} {row['limit']:<18} {used} in use  {row['waiting']:>6} due"
+                write(self.style.WARNING(f"{line}  held {row['held']}") if row["full"] else line)
         if snap["stopped_sessions"]:
             write(self.style.MIGRATE_HEADING(f"Stopped sessions ({len(snap['stopped_sessions'])} shown)"))
             for c in snap["stopped_sessions"]:
