@@ -349,3 +349,19 @@ def test_a_task_takes_a_limit_key_on_the_decorator_or_for_one_call(limits):
     assert django_wakes.run_due().fired == 1
     with pytest.raises(InvalidTaskOptions, match="limit_key"):
         tasks.record.using(limit_key="").enqueue("x")
+
+
+def test_gc_forgets_idle_slots_and_keeps_held_and_resting_ones(clock, sinks, limits):
+    sinks(KIND)
+    limits(LIMITS={"old": {"concurrency": 2}, "held": {"concurrency": 1}, "burst": {"rate": "1/60d"}})
+    due(1, clock, limit_key="old")
+    due(1, clock, limit_key="burst")
+    assert django_wakes.run_due().fired == 2  # old's slot free again, burst's resting for 60 days
+    due(1, clock, limit_key="held")
+    (holding,) = engine.claim_batch(runner_id="r", limit=10, lease=timedelta(days=40))  # firing throughout
+    clock.advance("31d")
+    django_wakes.gc(older_than="30d")
+    assert sorted(LimitSlot.objects.values_list("name", flat=True)) == ["burst", "held"]
+    due(2, clock, limit_key="old")  # a key that comes back gets its slots again
+    assert [c.wake.limit_key for c in engine.claim_batch(runner_id="r", limit=10)] == ["old", "old"]
+    assert holding.wake.limit_key == "held"

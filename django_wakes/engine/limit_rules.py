@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -42,6 +43,10 @@ from ..validation import key, positive_int
 
 #: What a limit entry may set.
 LIMIT_NAMES = frozenset(kind.value for kind in LimitKind)
+#: How long a process keeps what ``WORKSPACE_LIMIT``'s function answered for a workspace, in seconds.
+ASK_EVERY = 60.0
+#: ... for at most this many workspaces at once.
+ASKED_MAX = 10_000
 #: The most slots one limit may have (a slot is a row): a rate beyond it is better written per shorter period.
 MAX_SIZE = 10_000
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
@@ -161,7 +166,7 @@ class Rules:
     #: ``(prefix, entry, pattern)``, longest prefix first.
     prefixes: list[tuple[str, Entry, str]] = field(default_factory=list)
     workspace: Entry | Callable[[str], Any] | None = None
-    _by_workspace: dict[str, list[Limit]] = field(default_factory=dict, repr=False)
+    _by_workspace: dict[str, tuple[float, list[Limit]]] = field(default_factory=dict, repr=False)
 
     @property
     def active(self) -> bool:
@@ -188,10 +193,13 @@ class Rules:
             return []
         if isinstance(self.workspace, Entry):
             return self.workspace.limits(LimitScope.WORKSPACE, workspace_id)
+        now = time.monotonic()
         known = self._by_workspace.get(workspace_id)
-        if known is None:
-            known = self._by_workspace[workspace_id] = _asked(self.workspace, workspace_id)
-        return known
+        if known is None or now - known[0] > ASK_EVERY:
+            if len(self._by_workspace) >= ASKED_MAX:
+                self._by_workspace.clear()
+            known = self._by_workspace[workspace_id] = (now, _asked(self.workspace, workspace_id))
+        return known[1]
 
     def of(self, limit_key: str | None, workspace_id: str) -> list[Limit]:
         """Every limit a wake of this key and workspace is under (none: it starts as soon as it is claimed)."""

@@ -238,6 +238,20 @@ def taken_over(using: str, wake: Wake, old_token: str | None, new_token: str) ->
     LimitSlot.objects.using(using).filter(holder=wake.pk, holder_token=old_token).update(holder_token=new_token)
 
 
+def forget_idle(using: str, cutoff: datetime, now: datetime) -> int:
+    """Delete the slots not taken since ``cutoff`` that are neither held nor resting (gc); return how many.
+
+    A key used once leaves its N rows behind; a claim makes them again when the key comes back. A
+    slot a claim takes meanwhile has ``used_at`` moved on, which the delete checks again once the
+    claim's lock is released.
+    """
+    idle = (
+        LimitSlot.objects.using(using).filter(used_at__lt=cutoff).filter(Q(free_at__isnull=True) | Q(free_at__lte=now))
+    )
+    deleted: int = idle.filter(Q(holder_token__isnull=True) | ~_live(using)).delete()[0]
+    return deleted
+
+
 def hold_of(wake: Wake, holds: dict[Bucket, Hold], now: datetime) -> Hold | None:
     """The full limit holding this due pending wake back (:func:`full`'s answer), or ``None``."""
     if wake.state != State.PENDING or wake.due_at is None or wake.due_at > now or not holds:

@@ -24,7 +24,7 @@ from ..models import Fence, State, Wake, WakeAttempt
 from ..sinks import registry
 from ..states import Disposition
 from ..validation import key, positive_int
-from . import interrupts, retention
+from . import interrupts, limit_slots, retention
 from .claim import claim_batch
 from .fencing import FireOutcome, release
 from .leases import Claim
@@ -258,6 +258,7 @@ def gc(*, older_than: Duration = "30d", batch: int = 1000) -> int:
     total = 0
     retention.forget_expired(using, clock.now())
     forget_deliveries(WEBHOOK_IDS_KEPT)
+    limit_slots.forget_idle(using, cutoff, clock.now())
     newest_fence = Fence.objects.using(using).aggregate(m=Max("pk"))["m"]
     if newest_fence is not None:  # only the newest token matters: the sequence continues after it
         Fence.objects.using(using).filter(pk__lt=newest_fence).delete()
