@@ -5,7 +5,8 @@ firing at once), ``burst`` (at most 4 started per second) and wakes with no limi
 record (``testproject/probe_sinks.py``, ``probe.intent``: a ``start`` and an ``end`` line with
 ``time.monotonic_ns()``, system-wide on Linux) is the evidence: the overlap of ``mailer``'s
 intervals never exceeds 3, and no window of one second holds more than 4 of ``burst``'s starts.
-Without the slots the runners would start ``burst`` all at once and run 8 ``mailer`` wakes together.
+Without the slots the runners would start ``burst`` (claimed first: a higher priority) 8 at once and
+run up to 8 ``mailer`` wakes together.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ pytestmark = [
 ]
 
 LIMITS = {"mailer": {"concurrency": 3}, "burst": {"rate": "4/1s"}}
-MAILER, BURST, FREE = 18, 16, 16
+MAILER, BURST, FREE = 18, 12, 16
 SECOND = 1_000_000_000
 
 
@@ -77,7 +78,7 @@ def test_four_runners_keep_a_keys_concurrency_and_rate(procs: Procs):
                 workspace_id="lim", kind="probe.intent", at=due, limit_key="mailer", intent={"sleep": 0.25, "i": i}
             )
         for i in range(BURST):
-            schedule(workspace_id="lim", kind="probe.intent", at=due, limit_key="burst", intent={"i": i})
+            schedule(workspace_id="lim", kind="probe.intent", at=due, limit_key="burst", intent={"i": i}, priority=1)
         for i in range(FREE):
             schedule(workspace_id="lim", kind="probe.intent", at=due, intent={"sleep": 0.25, "i": i})
     key_of = dict(Wake.objects.values_list("id", "limit_key"))
@@ -113,7 +114,7 @@ def test_four_runners_keep_a_keys_concurrency_and_rate(procs: Procs):
     )
     assert _most_in_a_window(burst, SECOND) <= 4, "more than 4 'burst' wakes started within one second"
     assert _most_in_a_window(burst, SECOND) == 4, "'burst' never reached its rate: the test shows nothing"
-    assert max(burst) - min(burst) >= 3 * SECOND, "16 starts at 4 a second take at least 3 seconds"
+    assert max(burst) - min(burst) >= 2 * SECOND, "12 starts at 4 a second take at least 2 seconds"
 
     # Held back is not an attempt: every wake fired on its first, and only, attempt.
     assert set(Wake.objects.values_list("attempts", flat=True)) == {1}
