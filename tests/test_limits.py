@@ -25,7 +25,7 @@ from django_wakes.checks import check_wakes_settings
 from django_wakes.console.attention import Attention
 from django_wakes.console.display import why
 from django_wakes.exceptions import InvalidWake
-from django_wakes.models import LimitSlot, Outcome, State, Wake, WakeAttempt
+from django_wakes.models import LimitSlot, Outcome, Runner, State, Wake, WakeAttempt
 
 pytestmark = pytest.mark.django_db
 
@@ -223,6 +223,8 @@ def test_the_console_and_wakes_status_say_which_limit_holds_a_wake_and_until_whe
     mailer = due(2, clock, limit_key="mailer")
     assert django_wakes.run_due(limit=1).fired == 1
     engine.claim_batch(runner_id="holder", limit=10)  # a mailer wake firing, the burst slot resting
+    now = clock.now()  # a runner is up (else the console says no runner is running, first)
+    Runner.objects.create(id="holder", host="h", pid=1, started_at=now, heartbeat_at=now, kinds=[KIND])
     attention = Attention()
     held = Wake.objects.get(pk=burst[2].pk)
     until = (clock.now() + timedelta(minutes=1)).strftime("%H:%M:%S")
