@@ -146,9 +146,7 @@ def prepare_sink(claim: Claim, *, tries: int | None = ROLLBACK_TRIES) -> FireOut
     ):
         return _fenced_out(claim)
     if limit_rules.active():  # a rate slot counts this start from now (engine.limit_slots)
-        retry_rolled_back(
-            f"recording wake {wake.pk}'s start", lambda: started(db_alias(), claim, clock.now()), tries=tries
-        )
+        retry_rolled_back(f"recording wake {wake.pk}'s start", lambda: started(db_alias(), claim), tries=tries)
     return sink_fn
 
 
