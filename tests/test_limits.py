@@ -81,7 +81,7 @@ def test_limit_key_is_kept_on_every_kind_of_wake_and_a_chains_occurrences(clock,
     assert nxt.limit_key == "digest"  # the next occurrence inherits it
 
 
-@pytest.mark.parametrize("bad", [7, "", "   ", "k" * 201, "a\x00b", ["mailer"]])
+@pytest.mark.parametrize("bad", [7, "", "   ", "k" * 201, "a\x00b", "a\nb", "mail\u202eer", ["mailer"]])
 def test_a_bad_limit_key_is_refused_and_nothing_is_written(sinks, bad):
     sinks(KIND)
     with pytest.raises(InvalidWake, match="limit_key"):

@@ -316,15 +316,13 @@ def problems() -> Iterator[tuple[str, str]]:
 
 
 def limit_key(value: Any) -> str | None:
-    """Check a ``limit_key`` argument: ``None``, or an identifier like a lane (length, storable text).
+    """Check a ``limit_key`` argument: ``None``, or an identifier like a lane (length, storable and printable text:
+    :func:`~django_wakes.validation.key`, control and format characters refused).
 
     A key no ``WAKES["LIMITS"]`` entry matches is allowed: it is simply not limited (a runner at
     ``-v 2`` says so once per key).
     """
-    checked = key(value, name="limit_key", required=False)
-    # The control-character rule every identifier follows (the "budgets" branch's validator in
-    # validation.py) applies here once it lands: validation.no_control_characters(checked, name="limit_key").
-    return checked
+    return key(value, name="limit_key", required=False)
 
 
 __all__ = ["Entry", "Limit", "Rules", "active", "current", "limit_key", "parse_rate", "problems"]
