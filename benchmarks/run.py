@@ -48,7 +48,7 @@ def knob(name: str, default: Any, quick: Any = None) -> Any:
 N = knob("BENCH_N", 10_000, 1_000)
 LANES = knob("BENCH_LANES", 100)
 DBS = [d.strip() for d in knob("BENCH_DBS", "sqlite,postgres,mariadb").split(",") if d.strip()]
-SECTIONS = "ceiling,throughput,create,peers,io,latency,big,claim,rss"
+SECTIONS = "ceiling,throughput,create,peers,io,latency,big,claim,rss,fair"
 ONLY = {s.strip() for s in knob("BENCH_ONLY", SECTIONS).split(",") if s.strip()}
 PG = knob("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 MARIADB = knob("BENCH_MARIADB", "mysql://root@127.0.0.1:3306").rstrip("/")
@@ -921,6 +921,12 @@ def main() -> int:
                 f"p90 {lat['p90_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.1f} ms "
                 f"({lat['fired']}/{lat['n']} jobs)"
             )
+        if "fair" in ONLY:  # the noisy neighbour, fair share across workspaces (benchmarks/fairness.py)
+            from benchmarks import fairness
+
+            say()
+            say("== fair share across workspaces (noisy neighbour; ratios in the same run) ==")
+            results["fair"] = fairness.section([v for v in ("postgres", "mariadb", "sqlite") if v in DBS])
     finally:
         stop(list(_live))
     results["elapsed_s"] = time.perf_counter() - t_start

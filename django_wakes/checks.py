@@ -20,6 +20,7 @@
 | E015 | checking a setting failed unexpectedly (the message names the setting and the error) |
 | E020 | LIMITS is not a dict of key or ``prefix:*`` -> {concurrency: positive int, rate: "N/<duration>"} |
 | E021 | WORKSPACE_LIMIT is neither such a dict nor the dotted path of fn(workspace_id) -> dict or None |
+| E022 | WORKSPACE_WEIGHTS is not a dict of workspace id -> positive finite number, nor a callable or dotted path |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -104,6 +105,7 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             ("WAKES['METRICS_TOKENS']", _metrics_tokens),
             ("WAKES['PERIODIC']", _periodic),
             ("WAKES['LIMITS'] and WAKES['WORKSPACE_LIMIT']", _limits),
+            ("WAKES['WORKSPACE_WEIGHTS']", _workspace_weights),
             ("WAKES['AUTHORIZE'] and WAKES['SPAWN_TURN']", _missing_hooks),
         ]
     )
@@ -430,6 +432,30 @@ def _limits() -> Iterator[CheckMessage]:
             problem,
             hint='e.g. WAKES["LIMITS"] = {"mailer": {"concurrency": 5, "rate": "100/1m"}, "crm:*": {"rate": "10/1s"}}',
             id="django_wakes.E020" if setting == "LIMITS" else "django_wakes.E021",
+        )
+
+
+def _workspace_weights() -> Iterator[CheckMessage]:
+    """A dict of workspace ids to positive finite numbers, or a callable (or its dotted path)."""
+    value = wakes_settings.get("WORKSPACE_WEIGHTS")
+    if isinstance(value, dict):
+        bad = [
+            (key, weight)
+            for key, weight in value.items()
+            if not isinstance(key, str)
+            or isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight <= 0
+        ]
+        problem = ", ".join(f"{key!r}: {weight!r}" for key, weight in bad[:5])[:300] if bad else None
+    else:
+        problem = _import_problem(value)
+    if problem is not None:
+        yield Error(
+            f"WAKES['WORKSPACE_WEIGHTS'] must map workspace ids to positive numbers or name a function: {problem}",
+            hint="A dict {workspace_id: weight}, or the dotted path of weight(workspace_id) -> a number > 0.",
+            id="django_wakes.E022",
         )
 
 

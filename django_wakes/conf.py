@@ -42,6 +42,8 @@ Defaults (every key optional)::
                                   # at most N firing at once / started per period, per key (engine/limit_rules.py)
         "WORKSPACE_LIMIT": None,  # the same limits for each workspace: a dict, or the dotted path of
                                   # fn(workspace_id) -> dict | None
+        "WORKSPACE_WEIGHTS": {},  # {workspace_id: weight} or dotted path of fn(workspace_id) -> weight > 0:
+                                  # a workspace's share of a busy runner's claims (default 1 each; README)
     }
 """
 
@@ -87,6 +89,7 @@ DEFAULTS: dict[str, Any] = {
     "MCP_AUTH": None,
     "LIMITS": {},
     "WORKSPACE_LIMIT": None,
+    "WORKSPACE_WEIGHTS": {},
 }
 
 
@@ -260,6 +263,15 @@ class WakesSettings:
     def metrics_tokens(self) -> list[str]:
         """The bearer tokens the metrics endpoint accepts (``django_wakes.console.metrics``); none by default."""
         return list(self.get("METRICS_TOKENS") or [])
+
+    @property
+    def workspace_weights(self) -> Callable[[str], Any]:
+        """``weight(workspace_id)``: from the dict (1 for a workspace it does not name) or the dotted path."""
+        value = self.get("WORKSPACE_WEIGHTS")
+        if isinstance(value, dict):
+            return lambda workspace_id: value.get(workspace_id, 1)
+        hook = _hook(value)
+        return hook if hook is not None else (lambda workspace_id: 1)
 
     def backoff(self, attempts: int) -> timedelta:
         """Return the delay before retry number ``attempts`` (1-based), capped at ``BACKOFF.MAX``."""

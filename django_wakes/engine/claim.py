@@ -32,7 +32,7 @@ from ..conf import wakes_settings
 from ..models import Fence, State, TriggerType, Wake
 from ..querysets import WakeQuerySet
 from ..sinks import registry
-from . import limit_rules, limit_slots
+from . import fairness, limit_rules, limit_slots
 from .claim_rows import _claim_rows
 from .leases import Claim, next_fence, renew_leases
 from .shared import db_alias, logger, new_claim_token
@@ -97,23 +97,35 @@ def _claim_batch(
         return []
     using = db_alias()
     try:
-        # With limits configured every pass is claimed in steps: admitting a wake takes its limits' slots.
-        if connections[using].vendor in ONE_STATEMENT_VENDORS and not limit_rules.active():
-            try:
-                one = _claim_in_one_statement(using, now, kinds, limit, runner_id, lanes, lease, queues)
-            except IntegrityError:
-                # A lane was taken under the statement (the unique lane_lock refused it), so nothing
-                # of it was written: claim the two-step way, which skips busy lanes one by one.
-                logger.debug("one-statement claim met a busy lane; claiming in steps")
-                one = None
-            if one is not None:
-                return one
-        return _claim_in_steps(using, now, kinds, limit, runner_id, lanes, lease, queues)
+        one_pass = partial(_claim_pass, using, now, kinds, runner_id=runner_id, lanes=lanes, lease=lease, queues=queues)
+        shares = fairness.plan(using, now, kinds, limit, lanes, queues)  # None: one workspace's backlog at most
+        claims = one_pass(limit, shares=shares)
+        return fairness.after_pass(using, kinds, queues, limit, shares, claims, top_up=one_pass)
     except OperationalError as exc:
         if raise_rolled_back:
             raise
         logger.info("claim pass rolled back, will retry: %s", exc)
         return []
+
+
+def _claim_pass(
+    using: str, now: datetime, kinds: list[str], limit: int, *, shares: list[fairness.Share] | None = None, **kw: Any
+) -> list[Claim]:
+    """One claim pass; ``shares``: split between workspaces (:mod:`~django_wakes.engine.fairness`).
+
+    With limits configured every pass is claimed in steps: admitting a wake takes its limits' slots.
+    """
+    if connections[using].vendor in ONE_STATEMENT_VENDORS and not limit_rules.active():
+        try:
+            one = _claim_in_one_statement(using, now, kinds, limit, shares=shares, **kw)
+        except IntegrityError:
+            # A lane was taken under the statement (the unique lane_lock refused it), so nothing
+            # of it was written: claim the two-step way, which skips busy lanes one by one.
+            logger.debug("one-statement claim met a busy lane; claiming in steps")
+            one = None
+        if one is not None:
+            return one
+    return _claim_in_steps(using, now, kinds, limit, shares=shares, **kw)
 
 
 #: Database vendors whose claim pass is one ``UPDATE … RETURNING`` statement over ``SELECT … FOR
@@ -139,12 +151,13 @@ def _claim_in_steps(
     lease: timedelta | None,
     queues: list[str] | None,
     undecided: list[int] | None = None,
+    shares: list[fairness.Share] | None = None,
 ) -> list[Claim]:
     """One claim transaction: lapsed leases first, then due wakes up to ``limit``.
 
     The candidates are read without locks, then locked ``SKIP LOCKED`` (re-checked to be pending)
     and claimed by :func:`_claim_rows`. ``undecided``: the ids of due wakes to claim instead of a
-    candidate read (those the one-statement claim left to Python).
+    candidate read (those the one-statement claim left to Python). ``shares``: see :mod:`.fairness`.
     """
     manager = Wake.objects.db_manager(using)
     with transaction.atomic(using=using):
@@ -156,7 +169,7 @@ def _claim_in_steps(
             ids = undecided[:room]
         else:
             candidates = limit_slots.without_held(_due_candidates(using, now, kinds, lanes, queues), using, now)
-            ids = list(candidates.values_list("id", flat=True)[:room])
+            ids = fairness.due_ids(using, candidates, room, shares)
         if not ids:
             return claims
         locked = list(manager.lock_pending(ids, now))
@@ -177,6 +190,7 @@ def _claim_in_one_statement(
     lanes: list[str] | None,
     lease: timedelta | None,
     queues: list[str] | None,
+    shares: list[fairness.Share] | None = None,
 ) -> list[Claim] | None:
     """The claim pass in one round trip (PostgreSQL): what a push-woken runner pays before its sink.
 
@@ -196,12 +210,11 @@ def _claim_in_one_statement(
     and writes nothing.
     """
     connection = connections[using]
-    statement = _one_statement(
-        using, tuple(kinds), limit, tuple(lanes or ()), None if queues is None else tuple(queues)
-    )
+    queue_names = None if queues is None else tuple(queues)
+    statement = _one_statement(using, tuple(kinds), limit, tuple(lanes or ()), queue_names, len(shares or ()))
     token = new_claim_token()
     lease_until = now + (lease or wakes_settings.lease)
-    params = [now if _is_now(value) else value for value in statement.params]
+    params = [now if _is_now(value) else value for value in fairness.bind(statement.params, shares)]
     params += [State.FIRING, token, lease_until, runner_id, now, Fence._meta.db_table, now, json.dumps(_PLAIN_RESULT)]
     rows = _run_without_jit(connection, using, statement.sql, params)
     if any(row[0] == "lapsed" for row in rows):
@@ -286,14 +299,19 @@ _LAYOUT = re.compile(r"\n\s*")
 
 
 def _one_statement(
-    using: str, kinds: tuple[str, ...], limit: int, lanes: tuple[str, ...], queues: tuple[str, ...] | None
+    using: str,
+    kinds: tuple[str, ...],
+    limit: int,
+    lanes: tuple[str, ...],
+    queues: tuple[str, ...] | None,
+    shares: int = 0,
 ) -> _Statement:
     """Compile (once per database, kinds, limit, lanes and queues) the statement of :func:`_claim_in_one_statement`.
 
     Compiling the claim query through the ORM costs more than running it; the SQL does not change
     between passes, only the time does. The same SQL text also lets psycopg prepare it on the server.
     """
-    key = (using, kinds, limit, lanes, queues, settings.USE_TZ)  # USE_TZ: the columns' converters follow it
+    key = (using, kinds, limit, lanes, queues, shares, settings.USE_TZ)  # USE_TZ: the columns' converters follow it
     found = _statements.get(key)
     if found is not None:
         return found
@@ -308,12 +326,17 @@ def _one_statement(
         output_field=BooleanField(),
     )
     due = _due_candidates(using, _NOW, list(kinds), list(lanes) or None, None if queues is None else list(queues))
-    candidates = due[:limit].annotate(plain=plain).values_list("id", "plain")
     lapsed = Wake.objects.db_manager(using).in_queues(queues).lapsed(_NOW).of_kinds(kinds).values_list("id")[:1]
     # Locked as lock_pending() locks (Django compiles select_for_update() only inside atomic(); the
     # statement is its own transaction, and its row locks last until it commits).
-    cand_sql, cand_params = candidates.query.sql_with_params()
-    cand_sql += f" FOR UPDATE OF {table} SKIP LOCKED"
+    lock = f" FOR UPDATE OF {table} SKIP LOCKED"
+    if shares:  # one candidate query per workspace (engine.fairness), placeholders bound per pass
+        cand_sql, cand_params = fairness.candidates_sql(
+            due, shares, lambda q: q.annotate(plain=plain).values_list("id", "plain"), lock
+        )
+    else:
+        cand_sql, cand_params = due[:limit].annotate(plain=plain).values_list("id", "plain").query.sql_with_params()
+        cand_sql += lock
     lapsed_sql, lapsed_params = lapsed.query.sql_with_params()
     fields = sorted(Wake._meta.concrete_fields, key=lambda f: not f.primary_key)  # the id first
     columns = [qn(str(f.column)) for f in fields]
@@ -341,7 +364,7 @@ def _one_statement(
     """  # noqa: S608
     sql = _LAYOUT.sub(" ", template).strip()
     params = (*lapsed_params, *cand_params)
-    if sum(1 for value in params if _is_now(value)) != 3:  # the lease, the due time and the expiry
+    if sum(1 for value in params if _is_now(value)) != 1 + 2 * max(shares, 1):  # the lease, the due time and the expiry
         raise RuntimeError("the claim statement did not compile with its three 'now' parameters")
     statement = _Statement(
         sql=sql,
