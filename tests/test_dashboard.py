@@ -18,7 +18,7 @@ from django.urls import reverse
 
 import django_wakes
 from django_wakes import engine
-from django_wakes.console import stats
+from django_wakes.console import stats, workspaces
 from django_wakes.console.charts import ChartSeries, bar_chart, nice_ceiling
 from django_wakes.engine import runners as runner_rows
 from django_wakes.models import State, TriggerType, Wake
@@ -447,3 +447,30 @@ def test_the_page_tells_unwakeable_and_hung_wakes_apart_from_overdue(
 def test_the_app_index_links_to_the_dashboard(viewer: Any) -> None:
     page = client_for(viewer).get(reverse("admin:app_list", args=["django_wakes"])).content.decode()
     assert f'href="{reverse(DASHBOARD)}"' in page
+
+
+def test_the_page_shows_the_workspaces_with_the_most_due_wakes_and_sums_the_rest(
+    clock: FakeClock, sinks: Any, viewer: Any
+) -> None:
+    """Issue 28: backlog and lateness per workspace, the top WORKSPACE_ROWS itemised, the rest one row."""
+    sinks(KIND)
+    fire_late(clock, 3.0)  # WS: one wake fired 3 s late in the last hour
+    now = clock.now()
+    for n in range(1, workspaces.WORKSPACE_ROWS + 6):  # ws-01 has 1 due wake ... ws-25 has 25
+        django_wakes.schedule_many(
+            [{"at": now - timedelta(seconds=n)} for _ in range(n)], workspace_id=f"ws-{n:02d}", kind=KIND
+        )
+    django_wakes.schedule(workspace_id="ws-25", kind=KIND, at=now + timedelta(hours=1))  # pending, not due
+
+    response = client_for(viewer).get(reverse(DASHBOARD))
+    assert response.status_code == 200
+    rows = response.context["workspaces"]
+    shown = [row.backlog.workspace_id for row in rows]
+    assert shown == [f"ws-{n:02d}" for n in range(25, 5, -1)] + [workspaces.OTHER_WORKSPACES]
+    top, rest = rows[0], rows[-1]
+    assert (top.backlog.pending, top.backlog.due, top.waited) == (26, 25, "25 s")
+    # ws-01 .. ws-05 (15 due) and WS (nothing pending, one fired 3 s late) are the rest
+    assert (rest.backlog.due, rest.backlog.fired_hour, rest.mean_lateness, rest.waited) == (15, 1, "3.00 s", "5.00 s")
+    assert rest.url == "" and "q=ws-25" in top.url
+    page = response.content.decode()
+    assert 'id="workspaces"' in page and "(other workspaces)" in page

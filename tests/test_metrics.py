@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 import django_wakes
-from django_wakes.console import metrics
+from django_wakes.console import metrics, workspaces
 from django_wakes.engine import runners as runner_rows
 from django_wakes.models import State, TriggerType, Wake
 from django_wakes.testing import FakeClock
@@ -288,3 +288,35 @@ def test_missed_occurrences_are_counted_once_when_the_occurrence_settles(clock: 
     assert families["django_wakes_occurrences_missed_total"]["type"] == "counter"
     assert value(families, "django_wakes_occurrences_missed_total", policy="skip") == 3
     assert value(families, "django_wakes_occurrences_missed_total", policy="latest") == 0
+
+
+def test_per_workspace_gauges_keep_a_bounded_label_set(clock: FakeClock, sinks: Any) -> None:
+    """Issue 28: the top WORKSPACE_ROWS workspaces by due wakes as labels, the rest as one, however many there are."""
+    sinks(KIND)
+    now = clock.now()
+    late = django_wakes.schedule(workspace_id="ws-fired", kind=KIND, at=now)
+    clock.advance(timedelta(seconds=2))
+    django_wakes.run_due()
+    assert Wake.objects.get(pk=late.pk).state == State.FIRED
+    now = clock.now()
+    for n in range(1, workspaces.WORKSPACE_ROWS + 11):  # 30 workspaces, ws-30 with the most due wakes
+        django_wakes.schedule_many(
+            [{"at": now - timedelta(seconds=10 * n)} for _ in range(n)], workspace_id=f"ws-{n:02d}", kind=KIND
+        )
+
+    families = parse(metrics.exposition(now))
+    due = families["django_wakes_workspace_due_wakes"]["samples"]
+    labels = [labels["workspace"] for _, labels, _ in due]
+    assert len(labels) == workspaces.WORKSPACE_ROWS + 1 and labels[-1] == workspaces.OTHER_WORKSPACES
+    assert labels[0] == "ws-30"
+    assert value(families, "django_wakes_workspace_due_wakes", workspace="ws-30") == 30
+    assert value(families, "django_wakes_workspace_due_wakes", workspace=workspaces.OTHER_WORKSPACES) == sum(
+        range(1, 11)
+    )
+    assert value(families, "django_wakes_workspace_oldest_due_seconds", workspace="ws-30") == 300
+    assert value(families, "django_wakes_workspace_oldest_due_seconds", workspace=workspaces.OTHER_WORKSPACES) == 100
+    assert value(families, "django_wakes_workspace_fired_last_hour_wakes", workspace=workspaces.OTHER_WORKSPACES) == 1
+    assert (
+        value(families, "django_wakes_workspace_lateness_last_hour_mean_seconds", workspace=workspaces.OTHER_WORKSPACES)
+        == 2
+    )

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from .. import clock
-from . import reads, stats
+from . import reads, stats, workspaces
 from .advice import runner_status
 from .attention import Attention
 from .display import moment
@@ -50,6 +50,7 @@ class Overview:
     missed_day: dict[str, int]
     runners: stats.Runners
     query_seconds: float
+    workspaces: list[workspaces.WorkspaceBacklog]
 
 
 def read_overview(now: datetime) -> Overview:
@@ -65,6 +66,7 @@ def read_overview(now: datetime) -> Overview:
     last_day = stats.activity(now, stats.DAY, stats.HOUR)
     missed = stats.missed_occurrences(now - stats.DAY)
     runners = stats.runners(now)
+    by_workspace = workspaces.by_workspace(now)
     return Overview(
         now=now,
         backlog=backlog,
@@ -77,6 +79,7 @@ def read_overview(now: datetime) -> Overview:
         missed_day=missed,
         runners=runners,
         query_seconds=time.perf_counter() - started,
+        workspaces=by_workspace,
     )
 
 
@@ -96,6 +99,8 @@ def render_dashboard(request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -
         "lateness": _lateness_rows(overview),
         "charts": _charts(overview),
         "kinds": _kind_rows(overview.backlog),
+        "workspaces": _workspace_rows(overview),
+        "workspace_rows": workspaces.WORKSPACE_ROWS,
         "states": _state_rows(overview),
         "missed": sorted(overview.missed_day.items()),
         "runners": _runner_rows(overview.runners, overview.now),
@@ -301,6 +306,26 @@ def _kind_rows(backlog: stats.Backlog) -> list[KindRow]:
         other = k.kind == stats.OTHER_KINDS
         unserved = not other and fireable is not None and k.kind not in fireable
         rows.append(KindRow(k, "" if other else _changelist(kind__exact=k.kind), unserved))
+    return rows
+
+
+@dataclass(frozen=True)
+class WorkspaceRow:
+    """A workspace's backlog and lateness (:mod:`.workspaces`), formatted, with its pending wakes' list."""
+
+    backlog: workspaces.WorkspaceBacklog
+    waited: str  # how long its oldest due wake has been due
+    mean_lateness: str  # of its wakes fired in the last hour
+    url: str
+
+
+def _workspace_rows(overview: Overview) -> list[WorkspaceRow]:
+    rows = []
+    for w in overview.workspaces:
+        other = w.workspace_id == workspaces.OTHER_WORKSPACES
+        url = "" if other else _changelist(q=w.workspace_id, state__exact=State.PENDING)
+        waited = seconds_text(w.waited(overview.now)) if w.due else "-"
+        rows.append(WorkspaceRow(w, waited, seconds_text(w.mean_lateness_hour), url))
     return rows
 
 

@@ -19,7 +19,10 @@ Attempt rows are only ever inserted, so those counters never go down within the 
 (``django_wakes_settled_total``) go down only if an operator requeues a wake that died this very hour.
 
 Backlog gauges count the live rows (pending and firing) exactly, by kind (at most
-:data:`~django_wakes.console.stats.KIND_ROWS` kinds; the rest as ``kind="(other kinds)"``).
+:data:`~django_wakes.console.stats.KIND_ROWS` kinds; the rest as ``kind="(other kinds)"``), and per
+workspace (:mod:`.workspaces`: the :data:`~django_wakes.console.workspaces.WORKSPACE_ROWS` workspaces
+with the most due wakes, the rest as ``workspace="(other workspaces)"``: a bounded label set however
+many tenants there are).
 
 **Access.** A request carrying ``Authorization: Bearer <token>`` with one of ``WAKES["METRICS_TOKENS"]``
 (compared in constant time), or a logged-in staff user who may view wakes. Anyone else gets 401 (no
@@ -41,7 +44,7 @@ from django.views.decorators.http import require_GET
 from .. import clock
 from ..conf import wakes_settings
 from ..states import Outcome
-from . import reads, stats
+from . import reads, stats, workspaces
 from .attention import Attention
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -112,6 +115,7 @@ def exposition(now: datetime) -> str:
     lateness = stats.lateness(since)
     missed = stats.missed_occurrences(since)
     runners = stats.runners(now, wakes_per_runner=0)
+    by_workspace = workspaces.by_workspace(now)
     out = Exposition()
     kinds = backlog.by_kind
     out.gauge(
@@ -194,6 +198,7 @@ def exposition(now: datetime) -> str:
         "Firing wakes held by no live runner (taken over when their lease lapses).",
         [({}, runners.orphaned)],
     )
+    _workspace_gauges(out, by_workspace, now)
     lag = reads.replica_lag()
     if lag is not None:
         out.gauge(
@@ -207,6 +212,39 @@ def exposition(now: datetime) -> str:
         [({}, round(time.perf_counter() - started, 6))],
     )
     return out.text()
+
+
+def _workspace_gauges(out: Exposition, rows: list[workspaces.WorkspaceBacklog], now: datetime) -> None:
+    """Per workspace: the top :data:`~.workspaces.WORKSPACE_ROWS` by due wakes, the rest as one label value."""
+    out.gauge(
+        "workspace_due_wakes",
+        "Pending wakes due now per workspace (the workspaces with the most; the rest summed as '(other workspaces)').",
+        (({"workspace": w.workspace_id}, w.due) for w in rows),
+    )
+    out.gauge(
+        "workspace_pending_wakes",
+        "Pending wakes per workspace (the same workspaces as workspace_due_wakes).",
+        (({"workspace": w.workspace_id}, w.pending) for w in rows),
+    )
+    out.gauge(
+        "workspace_oldest_due_seconds",
+        "How long each workspace's oldest due wake has been due: its lateness now (0 when nothing is due).",
+        (({"workspace": w.workspace_id}, w.waited(now)) for w in rows),
+    )
+    out.gauge(
+        "workspace_fired_last_hour_wakes",
+        "Wakes of each workspace a sink settled (fired or expired) in the last hour.",
+        (({"workspace": w.workspace_id}, w.fired_hour) for w in rows),
+    )
+    out.gauge(
+        "workspace_lateness_last_hour_mean_seconds",
+        "Mean due-to-start lateness of those wakes (NaN when none fired).",
+        (({"workspace": w.workspace_id}, _or_nan(w.mean_lateness_hour)) for w in rows),
+    )
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _histogram_samples(histogram: stats.Histogram) -> Iterable[Sample]:

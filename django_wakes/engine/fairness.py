@@ -244,7 +244,7 @@ def _count_down(
 def _interleave(claims: list[Claim]) -> list[Claim]:
     """Each workspace's claims in claim order, the workspaces in turn: one of each, then the next of each."""
     rank: dict[str, int] = {}
-    keyed = []
+    keyed: list[tuple[int, int, Claim]] = []
     for claim in sorted(claims, key=lambda c: (-c.wake.priority, c.wake.due_at or c.started_at, c.wake.pk)):
         n = rank.get(claim.wake.workspace_id, 0)
         rank[claim.wake.workspace_id] = n + 1
@@ -311,7 +311,8 @@ def _due_counts(
 ) -> dict[str, int]:
     """How many due wakes of registered kinds each workspace has, counted up to ``cap``: one statement."""
     manager = Wake.objects.db_manager(using)
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[Any] = []
     for i, workspace in enumerate(workspaces):
         due = manager.due(now).filter(priority__isnull=False, workspace_id=workspace).of_kinds(kinds)
         sql, part_params = due.in_queues(queues).values_list("id")[:cap].query.sql_with_params()
@@ -327,7 +328,7 @@ def _due_counts(
 
 def candidates_sql(
     due: WakeQuerySet, shares: int, finish: Callable[[WakeQuerySet], Any], suffix: str = ""
-) -> tuple[str, list[Any]]:
+) -> tuple[str, tuple[Any, ...]]:
     """Compile the candidates of ``shares`` workspaces: one ``due`` query per workspace, ``UNION ALL``.
 
     ``finish`` turns a workspace's candidates into the rows wanted (``values_list``, an annotation),
@@ -344,7 +345,7 @@ def candidates_sql(
         sql = sql.replace(f"LIMIT {_LIMIT_MARK}", "LIMIT %s") + suffix
         parts.append(f"SELECT * FROM ({sql}) AS fair{i}")  # noqa: S608 - the ORM's own SQL
         params += [*part_params, _Count(i)]
-    return " UNION ALL ".join(parts), params
+    return " UNION ALL ".join(parts), tuple(params)
 
 
 def bind(params: Sequence[Any], shares: list[Share] | None) -> list[Any]:
