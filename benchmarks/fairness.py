@@ -14,7 +14,8 @@ Per database (PostgreSQL and MariaDB with 2 runners, SQLite with 1), each figure
   drained the same way: ratio to A alone (target ≥ 0.8).
 * **one workspace, code before fair share**: A alone again with the runners of ``BENCH_FAIR_BASELINE``
   (a git revision, default ``main``; exported with ``git archive`` under ``benchmarks/.env``; empty:
-  skipped): ratio of today's A-alone throughput to it (target ≥ 0.9).
+  skipped; ``BENCH_FAIR_BASELINE_TREE``: the path of a tree exported beforehand): ratio of today's
+  A-alone throughput to it (target ≥ 0.9).
 
 ``python -m benchmarks.fairness`` runs it alone (``BENCH_DBS``, ``BENCH_PG``, ``BENCH_MARIADB`` as in
 ``benchmarks.run``; ``BENCH_FAIR_DB``: the database name, default ``wakes_bench_fair``);
@@ -114,6 +115,8 @@ def _baseline_tree() -> Path | None:
     """The code before fair share (``BENCH_FAIR_BASELINE``), exported once under benchmarks/.env."""
     from benchmarks.run import ROOT, WORK
 
+    if os.environ.get("BENCH_FAIR_BASELINE_TREE"):  # a tree exported beforehand (no git where this runs)
+        return Path(os.environ["BENCH_FAIR_BASELINE_TREE"])
     if not BASELINE:
         return None
     rev = subprocess.run(
