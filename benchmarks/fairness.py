@@ -40,6 +40,8 @@ GAP = float(os.environ.get("BENCH_FAIR_GAP", "0.05"))
 WORKSPACES = int(os.environ.get("BENCH_FAIR_WORKSPACES", "1000" if QUICK else "10000"))
 BASELINE = os.environ.get("BENCH_FAIR_BASELINE", "main")
 DB_NAME = os.environ.get("BENCH_FAIR_DB", "wakes_bench_fair")
+#: Which rows to measure (A alone always: every ratio is to it): ``b`` (B alone and beside A), ``many``, ``baseline``.
+ROWS = set(os.environ.get("BENCH_FAIR_ROWS", "b,many,baseline").split(","))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -272,36 +274,54 @@ def section(vendors: list[str]) -> dict[str, Any]:
         r: dict[str, Any] = {"runners": count, "a_n": A_N, "b_n": B_N, "workspaces": WORKSPACES}
         r["a_alone"] = _drain(db, count, "a-alone")
         say(f"  {vendor}: A alone {r['a_alone']['rate']:,.0f}/s (load {r['a_alone']['load']})")
-        r["b_alone"] = _b_alone(db, count)
-        say(f"  {vendor}: B alone {_late_line(r['b_alone'])}")
-        r["b_beside_a"] = _b_beside_a(db, count)
-        beside = r["b_beside_a"]
-        say(
-            f"  {vendor}: B beside A {_late_line(beside)}; A {beside['a_rate']:,.0f}/s"
-            f" = {beside['a_rate'] / r['a_alone']['rate']:.2f}x alone (target >= 0.90);"
-            f" B p99 {beside.get('p99_s', float('nan')) / max(r['b_alone'].get('p99_s', 1e-9), 1e-9):.1f}x alone"
-            f" (target <= 2, and <= 1 s)"
-        )
-        spread = WORKSPACES if A_N >= WORKSPACES else max(A_N // 10, 1)
-        r["many"] = _drain(db, count, "many", workspaces=spread)
-        say(
-            f"  {vendor}: {spread:,} workspaces x {A_N // spread} {r['many']['rate']:,.0f}/s"
-            f" = {r['many']['rate'] / r['a_alone']['rate']:.2f}x one workspace"
-            f" (target >= 0.80; load {r['many']['load']})"
-        )
-        if tree is not None:
-            r["baseline"] = _drain(db, count, "baseline", tree=tree)
-            r["baseline"]["tree"] = tree.name
-            again = _drain(db, count, "a-alone-again")
-            r["a_alone_again"] = again
-            ours = max(r["a_alone"]["rate"], again["rate"])
-            say(
-                f"  {vendor}: one workspace, no-op: {ours:,.0f}/s vs {r['baseline']['rate']:,.0f}/s before fair share"
-                f" ({tree.name}) = {ours / r['baseline']['rate']:.2f}x (target >= 0.90; load {again['load']})"
-            )
+        if "b" in ROWS:
+            _b_rows(db, vendor, count, r)
+        if "many" in ROWS:
+            _many_row(db, vendor, count, r)
+        if tree is not None and "baseline" in ROWS:
+            _baseline_row(db, vendor, count, r, tree)
         db.close()
         results[vendor] = r
     return results
+
+
+def _b_rows(db: Any, vendor: str, count: int, r: dict[str, Any]) -> None:
+    from benchmarks.run import say
+
+    r["b_alone"] = _b_alone(db, count)
+    say(f"  {vendor}: B alone {_late_line(r['b_alone'])}")
+    r["b_beside_a"] = beside = _b_beside_a(db, count)
+    say(
+        f"  {vendor}: B beside A {_late_line(beside)}; A {beside['a_rate']:,.0f}/s"
+        f" = {beside['a_rate'] / r['a_alone']['rate']:.2f}x alone (target >= 0.90);"
+        f" B p99 {beside.get('p99_s', float('nan')) / max(r['b_alone'].get('p99_s', 1e-9), 1e-9):.1f}x alone"
+        f" (target <= 2, and <= 1 s)"
+    )
+
+
+def _many_row(db: Any, vendor: str, count: int, r: dict[str, Any]) -> None:
+    from benchmarks.run import say
+
+    spread = WORKSPACES if A_N >= WORKSPACES else max(A_N // 10, 1)
+    r["many"] = _drain(db, count, "many", workspaces=spread)
+    say(
+        f"  {vendor}: {spread:,} workspaces x {A_N // spread} {r['many']['rate']:,.0f}/s"
+        f" = {r['many']['rate'] / r['a_alone']['rate']:.2f}x one workspace"
+        f" (target >= 0.80; load {r['many']['load']})"
+    )
+
+
+def _baseline_row(db: Any, vendor: str, count: int, r: dict[str, Any], tree: Path) -> None:
+    from benchmarks.run import say
+
+    r["baseline"] = _drain(db, count, "baseline", tree=tree)
+    r["baseline"]["tree"] = tree.name
+    r["a_alone_again"] = again = _drain(db, count, "a-alone-again")
+    ours = max(r["a_alone"]["rate"], again["rate"])
+    say(
+        f"  {vendor}: one workspace, no-op: {ours:,.0f}/s vs {r['baseline']['rate']:,.0f}/s before fair share"
+        f" ({tree.name}) = {ours / r['baseline']['rate']:.2f}x (target >= 0.90; load {again['load']})"
+    )
 
 
 def _late_line(r: dict[str, Any]) -> str:

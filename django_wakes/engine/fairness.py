@@ -118,8 +118,9 @@ def plan(
 ) -> list[Share] | None:
     """The shares of this pass's ``limit``, or ``None``: claim as always (order alone is fair enough).
 
-    ``None`` unless the last pass came back full and at least two workspaces are known to have due
-    wakes. A runner confined to ``--lanes`` is never split (its lanes are its work).
+    ``None`` unless the last pass came back full, at least two workspaces are known to have due wakes
+    and one of them has at least half a batch of them. A runner confined to ``--lanes`` is never split
+    (its lanes are its work).
     """
     if lanes or limit < 2:
         return None
@@ -130,7 +131,9 @@ def plan(
         if picker.refresh_due():
             _refresh(picker, using, now, kinds, queues, limit)
         active = [w for w, known in picker.backlog.items() if known.count > 0]
-        if len(active) < 2:
+        if len(active) < 2 or 2 * max(picker.backlog[w].count for w in active) < limit:
+            # Nobody's backlog could take half a batch: the plain order holds no one back for long
+            # (10,000 workspaces with a few due wakes each), and it is one statement.
             return None
         return _allocate(picker, active, limit)
 
