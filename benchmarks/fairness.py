@@ -41,6 +41,7 @@ WORKSPACES = int(os.environ.get("BENCH_FAIR_WORKSPACES", "1000" if QUICK else "1
 BASELINE = os.environ.get("BENCH_FAIR_BASELINE", "main")
 DB_NAME = os.environ.get("BENCH_FAIR_DB", "wakes_bench_fair")
 #: Which rows to measure (A alone always: every ratio is to it): ``b`` (B alone and beside A), ``many``, ``baseline``.
+PAIRS = int(os.environ.get("BENCH_FAIR_PAIRS", "3"))
 ROWS = set(os.environ.get("BENCH_FAIR_ROWS", "b,many,baseline").split(","))
 
 
@@ -312,15 +313,26 @@ def _many_row(db: Any, vendor: str, count: int, r: dict[str, Any]) -> None:
 
 
 def _baseline_row(db: Any, vendor: str, count: int, r: dict[str, Any], tree: Path) -> None:
+    """A alone, the code before fair share and this one in turn, ``BENCH_FAIR_PAIRS`` times: medians and their ratio.
+
+    In turn because a shared machine's load moves by tens of percent within minutes.
+    """
+    import statistics
+
     from benchmarks.run import say
 
-    r["baseline"] = _drain(db, count, "baseline", tree=tree)
-    r["baseline"]["tree"] = tree.name
-    r["a_alone_again"] = again = _drain(db, count, "a-alone-again")
-    ours = max(r["a_alone"]["rate"], again["rate"])
+    ours, before = [r["a_alone"]["rate"]], []
+    for n in range(PAIRS):
+        before.append(_drain(db, count, f"baseline-{n}", tree=tree)["rate"])
+        if n < PAIRS - 1 or PAIRS == 1:
+            ours.append(_drain(db, count, f"a-alone-{n + 1}")["rate"])
+    r["baseline"] = {"tree": tree.name, "rates": before, "ours": ours, "load": _load()}
+    ratio = statistics.median(ours) / statistics.median(before)
     say(
-        f"  {vendor}: one workspace, no-op: {ours:,.0f}/s vs {r['baseline']['rate']:,.0f}/s before fair share"
-        f" ({tree.name}) = {ours / r['baseline']['rate']:.2f}x (target >= 0.90; load {again['load']})"
+        f"  {vendor}: one workspace, no-op: median {statistics.median(ours):,.0f}/s"
+        f" ({', '.join(f'{x:,.0f}' for x in ours)})"
+        f" vs {statistics.median(before):,.0f}/s ({', '.join(f'{x:,.0f}' for x in before)}) before fair share"
+        f" ({tree.name}), in turn = {ratio:.2f}x (target >= 0.90; load {_load()})"
     )
 
 
