@@ -26,9 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import connections
 
 from ..conf import wakes_settings
@@ -44,10 +45,12 @@ WINDOW = 64
 #: Workspaces one pass claims from: bounds the statement (one candidate query each).
 PER_PASS = 8
 #: A refresh costs at most 1/COST_FACTOR of the time between refreshes ...
-COST_FACTOR = 10
+COST_FACTOR = 20
 #: ... which is at least the first and at most the second (seconds) while passes are full: a
 #: workspace whose wakes fall due beside another's backlog is seen within REFRESH_MAX.
 REFRESH_MIN, REFRESH_MAX = 0.05, 0.5
+#: ... and at least this (seconds) when the last refresh found one workspace's backlog or none.
+REFRESH_ALONE = 0.2
 
 #: Compiled into a candidate query in place of its workspace and its LIMIT; bound per pass (:func:`bind`).
 _LIMIT_MARK = 987654321
@@ -90,7 +93,9 @@ class _Picker:
     full: bool = False
 
     def refresh_due(self) -> bool:
-        interval = min(max(COST_FACTOR * self.cost, REFRESH_MIN), REFRESH_MAX)
+        # Alone (one workspace's backlog, the common case) a newcomer is looked for less often.
+        least = REFRESH_MIN if sum(1 for known in self.backlog.values() if known.count > 0) > 1 else REFRESH_ALONE
+        interval = min(max(COST_FACTOR * self.cost, least), REFRESH_MAX)
         return time.monotonic() - self.refreshed >= interval
 
 
@@ -309,19 +314,39 @@ def _walk(using: str, after: str, limit: int) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+#: A time no wake is due at, compiled into the count query in place of "now".
+_NOW_MARK = datetime(1970, 1, 3, 4, 5, 6, 789012, tzinfo=UTC)
+_count_parts: dict[tuple[Any, ...], tuple[str, tuple[Any, ...]]] = {}
+
+
 def _due_counts(
     using: str, now: datetime, kinds: Sequence[str], queues: Sequence[str] | None, workspaces: list[str], cap: int
 ) -> dict[str, int]:
-    """How many due wakes of registered kinds each workspace has, counted up to ``cap``: one statement."""
-    manager = Wake.objects.db_manager(using)
+    """How many due wakes of registered kinds each workspace has, counted up to ``cap``: one statement.
+
+    One workspace's count is compiled once (per database, kinds, queues and cap) and repeated, the
+    workspace and the time bound per refresh: compiling 64 querysets would cost more than running them.
+    """
+    key = (using, tuple(kinds), None if queues is None else tuple(queues), cap, settings.USE_TZ)
+    part = _count_parts.get(key)
+    if part is None:
+        due = Wake.objects.db_manager(using).due(_NOW_MARK).filter(priority__isnull=False)
+        due = due.filter(workspace_id=_workspace_mark(0)).of_kinds(kinds).in_queues(queues)
+        part = due.values_list("id")[:cap].query.sql_with_params()
+        if len(_count_parts) >= 64:
+            _count_parts.clear()
+        _count_parts[key] = part
+    sql, part_params = part
+    connection = connections[using]
+    due_at = Wake._meta.get_field("due_at")  # the time as the backend was handed it (a string on SQLite)
+    mark, bound_now = (due_at.get_db_prep_value(t, connection) for t in (_NOW_MARK, now))
     parts: list[str] = []
     params: list[Any] = []
     for i, workspace in enumerate(workspaces):
-        due = manager.due(now).filter(priority__isnull=False, workspace_id=workspace).of_kinds(kinds)
-        sql, part_params = due.in_queues(queues).values_list("id")[:cap].query.sql_with_params()
         parts.append(f"SELECT {i} AS i, COUNT(*) AS n FROM ({sql}) AS due{i}")  # noqa: S608 - ORM SQL, an int
-        params += part_params
-    with connections[using].cursor() as cursor:
+        bound = {mark: bound_now, _workspace_mark(0): workspace}
+        params += [bound.get(v, v) if isinstance(v, str | datetime) else v for v in part_params]
+    with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), params)
         return {workspaces[i]: n for i, n in cursor.fetchall()}
 
