@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 #: Workspaces one refresh looks at (the rest are looked at by the next refreshes, round the cursor).
 WINDOW = 64
+#: Workspaces a runner remembers the backlog of (from this and earlier refreshes), at most.
+KEPT = 4 * WINDOW
 #: Workspaces one pass claims from: bounds the statement (one candidate query each).
 PER_PASS = 8
 #: A refresh costs at most 1/COST_FACTOR of the time between refreshes ...
@@ -279,6 +281,8 @@ def _refresh(
     for w, known in picker.backlog.items():
         if w not in found and known.count > 0:
             backlog.setdefault(w, known)
+    if len(backlog) > KEPT:  # bounded: the most backlogged; the others are seen again round the cursor
+        backlog = dict(sorted(backlog.items(), key=lambda item: -item[1].count)[:KEPT])
     picker.backlog = backlog
     picker.refreshed = time.monotonic()
     picker.cost = picker.refreshed - started
