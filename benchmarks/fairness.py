@@ -358,6 +358,7 @@ def main() -> int:
     DATA.mkdir(parents=True, exist_ok=True)
     results = section([v for v in ("postgres", "mariadb", "sqlite") if v in DBS])
     out = OUT.with_name("fairness.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"results: {out}", flush=True)
     return 0
