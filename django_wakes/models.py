@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from . import states
 from .fields import InstantField
+from .indexes import PENDING_BY_WORKSPACE
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
 
@@ -248,15 +249,7 @@ class Wake(models.Model):
                 condition=Q(state=State.PENDING, serial_key__isnull=False),
                 name="wake_pending_lane_idx",
             ),
-            # engine.fairness: the distinct workspaces of pending rows (one probe each), and one workspace's
-            # candidates in claim order when a busy runner splits its batch between workspaces. It leads
-            # with state for MySQL/MariaDB, which drop the condition (on PostgreSQL and SQLite the column
-            # is constant in it); "priority IS NOT NULL" keeps lane probes off it, as above.
-            models.Index(
-                fields=["state", "workspace_id", "-priority", "due_at", "id"],
-                condition=Q(state=State.PENDING, priority__isnull=False),
-                name="wake_pending_workspace_idx",
-            ),
+            PENDING_BY_WORKSPACE,  # engine.fairness (django_wakes/indexes.py)
             # recover(), renew_leases(): firing rows and their leases.
             models.Index(fields=["lease_until"], condition=Q(state=State.FIRING), name="wake_firing_lease_idx"),
             # deliver_event(): pending watchers of one key in one workspace.

@@ -25,6 +25,7 @@ VOCABULARY = {
     "events",
     "exceptions",
     "fields",
+    "indexes",
     "logs",
     "tracing",
     "models",
