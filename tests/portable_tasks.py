@@ -9,6 +9,6 @@ from __future__ import annotations
 from django_wakes.tasks import task
 
 
-@task(max_attempts=3, backoff="30s", serial_key="user:{user_id}")
+@task(max_attempts=3, backoff="30s", serial_key="user:{user_id}", limit_key="crm:{user_id}")
 def double(user_id: int) -> int:
     return user_id * 2

@@ -367,3 +367,24 @@ def test_gc_forgets_idle_slots_and_keeps_held_and_resting_ones(clock, sinks, lim
     due(2, clock, limit_key="old")  # a key that comes back gets its slots again
     assert [c.wake.limit_key for c in engine.claim_batch(runner_id="r", limit=10)] == ["old", "old"]
     assert holding.wake.limit_key == "held"
+
+
+def limits_from_a_table_not_migrated_yet(workspace_id: str) -> dict[str, Any] | None:
+    """A host's WORKSPACE_LIMIT that reads its plans table, which does not exist yet."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT concurrency FROM myapp_plan WHERE workspace = %s", [workspace_id])
+        row = cursor.fetchone()
+    return {"concurrency": row[0]} if row else None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workspace_limit_function_whose_query_fails_leaves_the_claim_pass_working(clock, sinks, settings):
+    """The function runs inside the claim transaction: on PostgreSQL its failed query aborted that
+    transaction, and the pass failed for every workspace (InternalError) instead of this one being unlimited."""
+    sinks(KIND)
+    settings.WAKES = {**settings.WAKES, "WORKSPACE_LIMIT": f"{__name__}.limits_from_a_table_not_migrated_yet"}
+    wake = django_wakes.schedule(workspace_id="acme", kind=KIND, at=clock.now() - timedelta(seconds=1))
+    claims = engine.claim_batch(runner_id="r", limit=10)
+    assert [claim.wake.pk for claim in claims] == [wake.pk]

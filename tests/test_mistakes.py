@@ -172,3 +172,4 @@ def test_a_task_with_wakes_options_imports_under_another_backend():
     assert isinstance(module.double, WakesTask)
     assert (module.double.max_attempts, module.double.serial_key) == (3, "user:{user_id}")
     assert module.double.backoff == "30s"
+    assert module.double.limit_key == "crm:{user_id}"

@@ -159,3 +159,36 @@ def test_many_plain_wakes_go_out_in_a_few_statements_and_come_back_as_stored(sin
     wakes[0].intent["n"] = -1
     assert wakes[1].intent == {"n": 1}
     assert not wakes[0]._state.adding and wakes[0]._state.db == "default"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_creator_of_the_same_key_wins_and_schedule_many_returns_its_wake(sinks):
+    """On PostgreSQL the plain rows go out by COPY on psycopg's own cursor: its unique violation must be
+    Django's IntegrityError, so the pass is retried and reads the winner (it was a raw psycopg error)."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    sinks(KIND)
+    inserted = threading.Event()
+    other: list[int] = []
+
+    def concurrent_creator() -> None:
+        try:
+            with transaction.atomic():
+                other.append(django_wakes.schedule(workspace_id=WS, kind=KIND, delay="1h", idempotency_key="k").pk)
+                inserted.set()
+                time.sleep(1.5)  # commits while schedule_many waits on the unique index
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=concurrent_creator)
+    thread.start()
+    assert inserted.wait(10)
+    try:
+        got = django_wakes.schedule_many([{"delay": "1h", "idempotency_key": "k"}], workspace_id=WS, kind=KIND)
+    finally:
+        thread.join()
+    assert [wake.pk for wake in got] == other
+    assert Wake.objects.filter(idempotency_key="k").count() == 1

@@ -151,7 +151,9 @@ def _copy(
             [Wake._meta.db_table, pk.column, len(rows)],
         )
         ids = [row[0] for row in cursor.fetchall()]
-        with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:  # noqa: S608 - quoted names
+        # psycopg's own cursor, under Django's error wrapper: a duplicate idempotency key must be
+        # Django's IntegrityError (the caller's retry reads the winner) and a deadlock its OperationalError.
+        with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:  # noqa: S608
             for pk_value, values in zip(ids, tuples, strict=True):
                 copy.write_row((pk_value, *values))
     wakes = _instances(using, fields, varying, constants, rows)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils.module_loading import import_string
 
 from ..conf import wakes_settings
@@ -40,6 +41,7 @@ from ..logs import logger
 from ..models import KEY_LENGTH
 from ..states import LimitKind, LimitScope
 from ..validation import key, positive_int
+from .shared import db_alias
 
 #: What a limit entry may set.
 LIMIT_NAMES = frozenset(kind.value for kind in LimitKind)
@@ -209,7 +211,10 @@ class Rules:
 def _asked(hook: Callable[[str], Any], workspace_id: str) -> list[Limit]:
     """The limits ``WORKSPACE_LIMIT``'s function gives one workspace; a malformed answer is logged, not enforced."""
     try:
-        answer = hook(workspace_id)
+        # In a savepoint: the hook runs inside the claim transaction, and a query of its that fails
+        # (a table not migrated yet) would leave PostgreSQL's transaction aborted for the whole pass.
+        with transaction.atomic(using=db_alias()):
+            answer = hook(workspace_id)
         return (
             [] if answer is None else parse_entry(answer, name="its answer").limits(LimitScope.WORKSPACE, workspace_id)
         )

@@ -2,7 +2,7 @@
 
 The framework's own decorator hands extra arguments to the backend's ``task_class``: under
 ``WakesBackend`` that is :class:`~django_wakes.tasks.WakesTask`, which takes ``max_attempts``,
-``backoff`` and ``serial_key``; under another backend (``ImmediateBackend`` in test settings, a
+``backoff``, ``serial_key`` and ``limit_key``; under another backend (``ImmediateBackend`` in test settings, a
 different queue in one deployment) the plain ``Task`` refuses them, and the module that declares the
 task fails to import with a ``TypeError``. On Django 6.0 the framework's decorator takes no extra
 argument at all. This one builds the task with the framework's decorator, then adds the options
@@ -33,11 +33,12 @@ def task(
     max_attempts: int | None = None,
     backoff: Any = None,
     serial_key: str | None = None,
+    limit_key: str | None = None,
 ) -> Any:
     """Declare a task as ``django.tasks.task`` does, with django-wakes' options where the backend takes them.
 
     ``priority``, ``queue_name``, ``backend`` and ``takes_context`` are the framework's (its defaults
-    when left out). ``max_attempts``, ``backoff`` and ``serial_key`` are :class:`WakesTask`'s
+    when left out). ``max_attempts``, ``backoff``, ``serial_key`` and ``limit_key`` are :class:`WakesTask`'s
     (docs/tasks.md); a backend whose task class lacks them gets the task without them.
     """
     standard: dict[str, Any] = {"takes_context": takes_context}
@@ -46,7 +47,12 @@ def task(
             standard[name] = value
     ours: dict[str, Any] = {
         name: value
-        for name, value in (("max_attempts", max_attempts), ("backoff", backoff), ("serial_key", serial_key))
+        for name, value in (
+            ("max_attempts", max_attempts),
+            ("backoff", backoff),
+            ("serial_key", serial_key),
+            ("limit_key", limit_key),
+        )
         if value is not None
     }
 
