@@ -62,7 +62,7 @@ class ThrottledLoginView(LoginView):
         """Refuse with 429 while a count is at its limit; else log in, counting a failure or clearing the name's."""
         throttle = wakes_settings.login_throttle
         if throttle is None:
-            return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+            return super().post(request, *args, **kwargs)
         cache = caches[throttle["CACHE"]]
         window = int(parse_duration(throttle["WINDOW"], name="LOGIN_THROTTLE['WINDOW']").total_seconds())
         username = str(request.POST.get("username", ""))
