@@ -81,6 +81,14 @@ def test_one_address_trying_many_names_is_throttled_and_others_are_not(alice, dj
     assert log_in(other, "alice", PASSWORD, address="203.0.113.9").status_code == 302  # another address
 
 
+def test_a_logged_in_user_guessing_another_name_is_counted_too(alice, django_user_model):
+    """A failure is a failed form, not an anonymous request: being logged in as oneself opens no way around it."""
+    mallory = Client()
+    mallory.force_login(django_user_model.objects.create_user("mallory", password="mallory's own"))
+    assert [log_in(mallory, "alice", f"guess-{n}").status_code for n in range(6)] == [200] * 5 + [429]
+    assert log_in(Client(), "alice", PASSWORD, address="203.0.113.9").status_code == 429
+
+
 def test_the_window_ends_and_settings_tune_or_turn_it_off(alice, settings):
     settings.WAKES = {**settings.WAKES, "LOGIN_THROTTLE": {"PER_USER": 2, "PER_ADDRESS": None, "WINDOW": "1s"}}
     browser = Client()

@@ -35,8 +35,6 @@ __all__ = ["ThrottledLoginView"]
 logger = logging.getLogger("django_wakes")
 
 KEY_PREFIX = "django_wakes:login:"
-
-
 USER_PREFIX = f"{KEY_PREFIX}user:"
 ADDRESS_PREFIX = f"{KEY_PREFIX}addr:"
 
@@ -57,6 +55,13 @@ class ThrottledLoginView(LoginView):
     """Django's ``LoginView`` with this module's throttle (``WAKES["LOGIN_THROTTLE"] = None`` turns it off)."""
 
     template_name = "django_wakes/login.html"
+    logged_in = False
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        """Log the user in, and note it: a failure is told by this, not by ``request.user`` (who may be logged in)."""
+        self.logged_in = True
+        response: HttpResponse = super().form_valid(form)
+        return response
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """Refuse with 429 while a count is at its limit; else log in, counting a failure or clearing the name's."""
@@ -71,7 +76,7 @@ class ThrottledLoginView(LoginView):
             # No password is checked while throttled: not even the right one logs in, and no hashing is spent.
             return self._refused(username, window)
         response: HttpResponse = super().post(request, *args, **kwargs)
-        if request.user.is_authenticated:  # form_valid logged them in: the name starts afresh
+        if self.logged_in:  # the name starts afresh
             cache.delete_many([key for key in counts if key.startswith(USER_PREFIX)])
             return response
         for key in counts:
