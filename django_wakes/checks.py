@@ -20,9 +20,9 @@
 | E015 | checking a setting failed unexpectedly (the message names the setting and the error) |
 | E020 | LIMITS is not a dict of key or ``prefix:*`` -> {concurrency: positive int, rate: "N/<duration>"} |
 | E021 | WORKSPACE_LIMIT is neither such a dict nor the dotted path of fn(workspace_id) -> dict or None |
-| E016 | MCP_ALLOWED_ORIGINS is not a list of origins (``"https://app.example.com"``: scheme, host, port only) |
-| E017 | MCP_AUTHORIZATION_SERVERS is not a list of absolute http(s) URLs |
-| E018 | LOGIN_THROTTLE is neither None nor a dict of PER_USER/PER_ADDRESS (None or a positive int), WINDOW (a |
+| E017 | MCP_ALLOWED_ORIGINS is not a list of origins (``"https://app.example.com"``: scheme, host, port only) |
+| E018 | MCP_AUTHORIZATION_SERVERS is not a list of absolute http(s) URLs |
+| E019 | LOGIN_THROTTLE is neither None nor a dict of PER_USER/PER_ADDRESS (None or a positive int), WINDOW (a |
 |      | duration) and CACHE (an alias in CACHES) |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
@@ -62,7 +62,7 @@ from django.urls import NoReverseMatch, Resolver404, get_script_prefix, resolve,
 from django.utils.module_loading import import_string
 from django.views.generic.base import TemplateResponseMixin
 
-from .conf import BUDGET_DEFAULTS, DEFAULTS, LOGIN_THROTTLE_DEFAULTS, wakes_settings
+from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
 from .exceptions import InvalidDuration, InvalidWake
 from .sinks import SESSION_TURN
@@ -388,56 +388,19 @@ def _metrics_tokens() -> Iterator[CheckMessage]:
 
 
 def _mcp_urls() -> Iterator[CheckMessage]:
-    """MCP_ALLOWED_ORIGINS holds origins (no path), MCP_AUTHORIZATION_SERVERS absolute http(s) URLs."""
-    for name, check_id, what in (
-        ("MCP_ALLOWED_ORIGINS", "E016", 'origins such as "https://app.example.com" (scheme, host and port only)'),
-        ("MCP_AUTHORIZATION_SERVERS", "E017", "absolute http(s) URLs of OAuth authorization servers"),
-    ):
-        value = wakes_settings.get(name)
-        for item in value if isinstance(value, list | tuple) else [value]:
-            parts = urlsplit(item) if isinstance(item, str) else None
-            usable = parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc)
-            if usable and parts is not None and check_id == "E016":
-                usable = parts.path in ("", "/") and not parts.query and not parts.fragment
-            if not isinstance(value, list | tuple) or not usable:
-                yield Error(
-                    f"WAKES[{name!r}] must be a list of {what}; got {item!r:.100}", id=f"django_wakes.{check_id}"
-                )
-                break
+    """E017/E018: the MCP endpoint's URL settings (``agents.mcp_server.url_setting_problems`` says what is wrong)."""
+    from .agents.mcp_server import url_setting_problems
+
+    for name, message in url_setting_problems():
+        yield Error(message, id="django_wakes.E017" if name == "MCP_ALLOWED_ORIGINS" else "django_wakes.E018")
 
 
 def _login_throttle() -> Iterator[CheckMessage]:
-    """LOGIN_THROTTLE: None (off) or a dict of known keys, limits positive (or None), a window, a cache alias."""
-    value = wakes_settings.get("LOGIN_THROTTLE")
-    hint = 'e.g. {"PER_USER": 5, "PER_ADDRESS": 20, "WINDOW": "15m", "CACHE": "default"}; None turns it off.'
-    if value is None:
-        return
-    unknown = sorted(set(value) - set(LOGIN_THROTTLE_DEFAULTS), key=repr) if isinstance(value, dict) else None
-    if unknown is None or unknown:
-        got = f"unknown keys {unknown}" if unknown else f"a {type(value).__name__}"
-        yield Error(
-            f"WAKES['LOGIN_THROTTLE'] must be None or a dict of settings, got {got}", hint=hint, id="django_wakes.E018"
-        )
-        return
-    merged = {**LOGIN_THROTTLE_DEFAULTS, **value}
-    for name in ("PER_USER", "PER_ADDRESS"):
-        limit = merged[name]
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            yield Error(
-                f"WAKES['LOGIN_THROTTLE'][{name!r}] must be None or a positive integer, got {limit!r:.60}",
-                hint=hint,
-                id="django_wakes.E018",
-            )
-    window = _duration_error(merged["WINDOW"], "WAKES['LOGIN_THROTTLE']['WINDOW']", allow_zero=False)
-    if window is not None:
-        yield Error(window.msg, hint=hint, id="django_wakes.E018")
-    caches = getattr(settings, "CACHES", None) or {"default": {}}
-    if merged["CACHE"] not in caches:
-        yield Error(
-            f"WAKES['LOGIN_THROTTLE']['CACHE'] names no alias in CACHES: {merged['CACHE']!r:.60}",
-            hint=hint,
-            id="django_wakes.E018",
-        )
+    """E019: LOGIN_THROTTLE (``web.login.throttle_problems`` says what is wrong)."""
+    from .web.login import THROTTLE_HINT, throttle_problems
+
+    for message in throttle_problems():
+        yield Error(message, hint=THROTTLE_HINT, id="django_wakes.E019")
 
 
 def _approval_pages_routed() -> bool:

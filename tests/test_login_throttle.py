@@ -122,9 +122,9 @@ def test_a_get_of_the_page_is_never_throttled(alice):
         {"CACHE": "nowhere"},
     ],
 )
-def test_a_bad_login_throttle_is_e018(settings, value):
+def test_a_bad_login_throttle_is_e019(settings, value):
     settings.WAKES = {**settings.WAKES, "LOGIN_THROTTLE": value}
-    assert [m.id for m in check_wakes_settings()] == ["django_wakes.E018"]
+    assert [m.id for m in check_wakes_settings()] == ["django_wakes.E019"]
 
 
 @pytest.mark.parametrize("value", [None, {}, {"PER_USER": None, "PER_ADDRESS": 3, "WINDOW": "1h", "CACHE": "default"}])

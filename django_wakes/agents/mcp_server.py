@@ -55,6 +55,7 @@ __all__ = [
     "origin_allowed",
     "resource_metadata",
     "serve_stdio",
+    "url_setting_problems",
 ]
 
 logger = logging.getLogger("django_wakes")
@@ -290,6 +291,33 @@ def origin_allowed(request: HttpRequest) -> bool:
         return True
     parts = urlsplit(origin)
     return parts.scheme == request.scheme and bool(parts.netloc) and parts.netloc.lower() == request.get_host().lower()
+
+
+def url_setting_problems() -> list[tuple[str, str]]:
+    """``(setting, message)`` for each unusable ``MCP_ALLOWED_ORIGINS``/``MCP_AUTHORIZATION_SERVERS`` (system checks).
+
+    Origins are ``scheme://host[:port]`` only (what a browser sends); authorization servers absolute
+    http(s) URLs. One message per setting, about its first bad entry.
+    """
+    from urllib.parse import urlsplit
+
+    from ..conf import wakes_settings
+
+    problems = []
+    for name, origins_only, what in (
+        ("MCP_ALLOWED_ORIGINS", True, 'origins such as "https://app.example.com" (scheme, host and port only)'),
+        ("MCP_AUTHORIZATION_SERVERS", False, "absolute http(s) URLs of OAuth authorization servers"),
+    ):
+        value = wakes_settings.get(name)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            parts = urlsplit(item) if isinstance(item, str) else None
+            usable = parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc)
+            if usable and parts is not None and origins_only:
+                usable = parts.path in ("", "/") and not parts.query and not parts.fragment
+            if not isinstance(value, list | tuple) or not usable:
+                problems.append((name, f"WAKES[{name!r}] must be a list of {what}; got {item!r:.100}"))
+                break
+    return problems
 
 
 def _metadata_url(request: HttpRequest) -> str:

@@ -27,16 +27,46 @@ from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import ngettext
 
-from ..conf import wakes_settings
+from ..conf import LOGIN_THROTTLE_DEFAULTS, wakes_settings
 from ..durations import parse_duration
+from ..exceptions import InvalidDuration
 
-__all__ = ["ThrottledLoginView"]
+__all__ = ["THROTTLE_HINT", "ThrottledLoginView", "throttle_problems"]
 
 logger = logging.getLogger("django_wakes")
 
 KEY_PREFIX = "django_wakes:login:"
 USER_PREFIX = f"{KEY_PREFIX}user:"
 ADDRESS_PREFIX = f"{KEY_PREFIX}addr:"
+
+
+THROTTLE_HINT = 'e.g. {"PER_USER": 5, "PER_ADDRESS": 20, "WINDOW": "15m", "CACHE": "default"}; None turns it off.'
+
+
+def throttle_problems() -> list[str]:
+    """What is wrong with ``WAKES["LOGIN_THROTTLE"]`` (the system check's messages); ``[]`` when usable or ``None``."""
+    from django.conf import settings
+
+    value = wakes_settings.get("LOGIN_THROTTLE")
+    if value is None:
+        return []
+    unknown = sorted(set(value) - set(LOGIN_THROTTLE_DEFAULTS), key=repr) if isinstance(value, dict) else None
+    if unknown is None or unknown:
+        got = f"unknown keys {unknown}" if unknown else f"a {type(value).__name__}"
+        return [f"WAKES['LOGIN_THROTTLE'] must be None or a dict of settings, got {got}"]
+    merged = {**LOGIN_THROTTLE_DEFAULTS, **value}
+    problems = [
+        f"WAKES['LOGIN_THROTTLE'][{name!r}] must be None or a positive integer, got {limit!r:.60}"
+        for name in ("PER_USER", "PER_ADDRESS")
+        if (limit := merged[name]) is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1)
+    ]
+    try:
+        parse_duration(merged["WINDOW"], name="WAKES['LOGIN_THROTTLE']['WINDOW']", allow_zero=False)
+    except InvalidDuration as exc:
+        problems.append(str(exc))
+    if merged["CACHE"] not in (getattr(settings, "CACHES", None) or {"default": {}}):
+        problems.append(f"WAKES['LOGIN_THROTTLE']['CACHE'] names no alias in CACHES: {merged['CACHE']!r:.60}")
+    return problems
 
 
 def _keys(request: HttpRequest, username: str, throttle: dict[str, Any]) -> dict[str, int]:
