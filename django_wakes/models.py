@@ -7,6 +7,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from . import states
+from .approval_links import RetiredApprovalToken as RetiredApprovalToken  # its own module: models.py is full
 from .fields import InstantField
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
@@ -380,26 +381,6 @@ class WatchedKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_key} for wake {self.wake_id}"
-
-
-class RetiredApprovalToken(models.Model):
-    """The hash of an approval link the host replaced (:func:`~django_wakes.reissue_approval`).
-
-    Kept so the old link says "a newer link was sent" rather than "not found", and so a page opened
-    through it before the re-issue can still be answered. Only the SHA-256 is kept, never the token;
-    at most ``engine.approvals.MAX_REISSUES`` rows per approval, deleted with it.
-    """
-
-    token_hash = models.CharField(_("token hash"), max_length=64, unique=True, editable=False)
-    wake = models.ForeignKey(Wake, on_delete=models.CASCADE, related_name="retired_tokens")
-    retired_at = InstantField(_("retired at"))
-
-    class Meta:
-        verbose_name = _("retired approval link")
-        verbose_name_plural = _("retired approval links")
-
-    def __str__(self) -> str:
-        return f"a retired link of approval {self.wake_id}"
 
 
 class RetainedEvent(models.Model):
