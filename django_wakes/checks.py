@@ -21,6 +21,10 @@
 | E020 | LIMITS is not a dict of key or ``prefix:*`` -> {concurrency: positive int, rate: "N/<duration>"} |
 | E021 | WORKSPACE_LIMIT is neither such a dict nor the dotted path of fn(workspace_id) -> dict or None |
 | E022 | WORKSPACE_WEIGHTS is not a dict of workspace id -> positive finite number, nor a callable or dotted path |
+| E017 | MCP_ALLOWED_ORIGINS is not a list of origins (``"https://app.example.com"``: scheme, host, port only) |
+| E018 | MCP_AUTHORIZATION_SERVERS is not a list of absolute http(s) URLs |
+| E019 | LOGIN_THROTTLE is neither None nor a dict of PER_USER/PER_ADDRESS (None or a positive int), WINDOW (a |
+|      | duration) and CACHE (an alias in CACHES) |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -106,6 +110,8 @@ def check_wakes_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             ("WAKES['PERIODIC']", _periodic),
             ("WAKES['LIMITS'] and WAKES['WORKSPACE_LIMIT']", _limits),
             ("WAKES['WORKSPACE_WEIGHTS']", _workspace_weights),
+            ("WAKES['MCP_ALLOWED_ORIGINS'] and WAKES['MCP_AUTHORIZATION_SERVERS']", _mcp_urls),
+            ("WAKES['LOGIN_THROTTLE']", _login_throttle),
             ("WAKES['AUTHORIZE'] and WAKES['SPAWN_TURN']", _missing_hooks),
         ]
     )
@@ -381,6 +387,22 @@ def _metrics_tokens() -> Iterator[CheckMessage]:
                 hint=hint,
                 id="django_wakes.E010",
             )
+
+
+def _mcp_urls() -> Iterator[CheckMessage]:
+    """E017/E018: the MCP endpoint's URL settings (``agents.mcp_server.url_setting_problems`` says what is wrong)."""
+    from .agents.mcp_server import url_setting_problems
+
+    for name, message in url_setting_problems():
+        yield Error(message, id="django_wakes.E017" if name == "MCP_ALLOWED_ORIGINS" else "django_wakes.E018")
+
+
+def _login_throttle() -> Iterator[CheckMessage]:
+    """E019: LOGIN_THROTTLE (``web.login.throttle_problems`` says what is wrong)."""
+    from .web.login import THROTTLE_HINT, throttle_problems
+
+    for message in throttle_problems():
+        yield Error(message, hint=THROTTLE_HINT, id="django_wakes.E019")
 
 
 def _approval_pages_routed() -> bool:

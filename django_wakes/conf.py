@@ -44,6 +44,9 @@ Defaults (every key optional)::
                                   # fn(workspace_id) -> dict | None
         "WORKSPACE_WEIGHTS": {},  # {workspace_id: weight} or dotted path of fn(workspace_id) -> weight > 0:
                                   # a workspace's share of a busy runner's claims (default 1 each; README)
+        "MCP_ALLOWED_ORIGINS": [],  # origins besides this host's that may call mcp/ ("https://app.example")
+        "MCP_AUTHORIZATION_SERVERS": [],  # OAuth authorization servers the MCP metadata names (RFC 9728)
+        "LOGIN_THROTTLE": {...},  # the login page's throttle: see LOGIN_THROTTLE_DEFAULTS; None turns it off
     }
 """
 
@@ -90,6 +93,19 @@ DEFAULTS: dict[str, Any] = {
     "LIMITS": {},
     "WORKSPACE_LIMIT": None,
     "WORKSPACE_WEIGHTS": {},
+    "MCP_ALLOWED_ORIGINS": [],
+    "MCP_AUTHORIZATION_SERVERS": [],
+    "LOGIN_THROTTLE": {},
+}
+
+#: The shipped login page's throttle (``WAKES["LOGIN_THROTTLE"]`` overrides any key; ``None`` turns it off):
+#: after this many failed logins for one username, or from one address, within WINDOW, logins are refused
+#: (429) until the window ends. Counted in Django's cache CACHE (shared by every worker only if it is).
+LOGIN_THROTTLE_DEFAULTS: dict[str, Any] = {
+    "PER_USER": 5,
+    "PER_ADDRESS": 20,
+    "WINDOW": "15m",
+    "CACHE": "default",
 }
 
 
@@ -258,6 +274,22 @@ class WakesSettings:
     @property
     def mcp_auth(self) -> Callable[..., Any] | None:
         return _hook(self.get("MCP_AUTH"))
+
+    @property
+    def mcp_allowed_origins(self) -> list[str]:
+        return list(self.get("MCP_ALLOWED_ORIGINS") or [])
+
+    @property
+    def mcp_authorization_servers(self) -> list[str]:
+        return list(self.get("MCP_AUTHORIZATION_SERVERS") or [])
+
+    @property
+    def login_throttle(self) -> dict[str, Any] | None:
+        """The login throttle's settings, defaults filled in; ``None`` when ``WAKES["LOGIN_THROTTLE"]`` is ``None``."""
+        value = self.get("LOGIN_THROTTLE")
+        if value is None:
+            return None
+        return {**LOGIN_THROTTLE_DEFAULTS, **value}
 
     @property
     def metrics_tokens(self) -> list[str]:

@@ -69,6 +69,22 @@ class ApprovalDenied(ApprovalError):
     """The ``AUTHORIZE`` hook refused this actor (or no hook is configured)."""
 
 
+class ApprovalSuperseded(ApprovalError):
+    """The host re-issued this approval's link (:func:`django_wakes.reissue_approval`): a newer link was sent.
+
+    Raised for the old token while the approval still waits, so its holder is told to use the newer
+    link rather than "not found". ``wake`` is the approval.
+    """
+
+    def __init__(self, message: str, wake: Any = None) -> None:
+        super().__init__(message)
+        self.wake = wake
+
+
+class ApprovalReissueLimit(ApprovalError):
+    """:func:`django_wakes.reissue_approval` was called more often for one approval than it allows; nothing changed."""
+
+
 class BudgetExceeded(InvalidWake):
     """An agent's wake would go over a limit of ``WAKES["BUDGETS"]``; ``limit`` names which. Nothing was written."""
 

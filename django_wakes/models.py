@@ -7,6 +7,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from . import states
+from .approval_links import RetiredApprovalToken as RetiredApprovalToken  # its own module: models.py is full
 from .fields import InstantField
 from .indexes import PENDING_BY_WORKSPACE
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since

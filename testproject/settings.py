@@ -128,6 +128,13 @@ WAKES = {
 # approval links to testproject.wakes.on_approval.
 if os.environ.get("WAKES_TEST_MCP"):
     WAKES.update(MCP_AUTH="testproject.wakes.mcp_auth", ON_APPROVAL="testproject.wakes.on_approval")
+# tests/test_mcp_border.py: the origins and authorization servers the endpoint names (JSON lists), and a host
+# error to provoke (no SPAWN_TURN).
+for _name in ("MCP_ALLOWED_ORIGINS", "MCP_AUTHORIZATION_SERVERS"):
+    if os.environ.get(f"WAKES_TEST_{_name}"):
+        WAKES[_name] = json.loads(os.environ[f"WAKES_TEST_{_name}"])
+if os.environ.get("WAKES_TEST_NO_SPAWN_TURN"):
+    del WAKES["SPAWN_TURN"]
 
 # Django's Tasks framework runs on django-wakes (testproject/tasks.py): django.tasks on Django 6, the
 # django-tasks backport (an app) on Django 5.2. WAKES_TEST_PERIODIC (JSON) declares periodic tasks for

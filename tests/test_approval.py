@@ -187,17 +187,14 @@ def test_resolving_a_cancelled_approval_is_already_resolved(clock, sinks, author
     assert row(req.wake).state == State.CANCELLED
 
 
-def test_idempotent_request_rotates_the_token(clock, sinks, authorize):
+def test_an_idempotent_replay_returns_the_approval_and_rotates_nothing(clock, sinks, authorize):
     calls = sinks(KIND)
     first = request(idempotency_key="approve-deploy-7")
     second = request(idempotency_key="approve-deploy-7")
-    assert second.wake.pk == first.wake.pk
-    assert second.token != first.token
+    assert second.wake.pk == first.wake.pk and second.token is None  # no second token, none rotated
     assert Wake.objects.count() == 1
-    assert row(first.wake).token_hash == engine.hash_token(second.token)
-    with pytest.raises(ApprovalNotFound):
-        django_wakes.resolve(first.token, "yes", "alice")
-    django_wakes.resolve(second.token, "yes", "alice")
+    assert row(first.wake).token_hash == engine.hash_token(first.token)  # the link already sent still opens it
+    django_wakes.resolve(first.token, "yes", "alice")
     django_wakes.run_due()
     assert len(calls) == 1
 
@@ -236,9 +233,9 @@ def test_idempotent_request_after_resolution_does_not_reopen_it(clock, sinks, au
     first = request(idempotency_key="k")
     django_wakes.resolve(first.token, "yes", "alice")
     again = request(idempotency_key="k")
-    assert again.wake.pk == first.wake.pk
-    with pytest.raises(ApprovalNotFound):
-        django_wakes.resolve(again.token, "no", "bob")
+    assert again.wake.pk == first.wake.pk and again.token is None
+    with pytest.raises(ApprovalAlreadyResolved):
+        django_wakes.resolve(first.token, "no", "bob")
     assert row(first.wake).result["answer"] == "yes"
 
 

@@ -378,3 +378,28 @@ def test_a_bad_sink_path_is_one_message_naming_the_setting_and_the_value(procs: 
         done.stderr
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "check_id"),
+    [
+        ("MCP_ALLOWED_ORIGINS", "https://app.example.com", "django_wakes.E017"),
+        ("MCP_ALLOWED_ORIGINS", ["app.example.com"], "django_wakes.E017"),
+        ("MCP_ALLOWED_ORIGINS", ["https://app.example.com/path"], "django_wakes.E017"),
+        ("MCP_ALLOWED_ORIGINS", [None], "django_wakes.E017"),
+        ("MCP_AUTHORIZATION_SERVERS", ["auth.example.com"], "django_wakes.E018"),
+        ("MCP_AUTHORIZATION_SERVERS", "https://auth.example.com", "django_wakes.E018"),
+    ],
+)
+def test_bad_mcp_origins_and_authorization_servers(settings, name, value, check_id):
+    settings.WAKES = {**settings.WAKES, name: value}
+    assert ids(check_wakes_settings()) == [check_id]
+
+
+def test_good_mcp_origins_and_authorization_servers(settings):
+    settings.WAKES = {
+        **settings.WAKES,
+        "MCP_ALLOWED_ORIGINS": ["https://app.example.com", "http://localhost:5173/"],
+        "MCP_AUTHORIZATION_SERVERS": ["https://auth.example.com/tenant/1"],
+    }
+    assert check_wakes_settings() == []

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 #: The vocabulary: what a wake is and its rules. Imports nothing above itself.
 VOCABULARY = {
+    "approval_links",
     "clock",
     "conf",
     "dbcompat",

@@ -155,4 +155,5 @@ def test_the_mcp_endpoint_is_off_until_mcp_auth_is_set(client, settings):
     assert client.post(url, "{}", content_type="application/json").status_code == 404
     settings.WAKES = {**settings.WAKES, "MCP_AUTH": lambda request: None}
     response = client.post(url, "{}", content_type="application/json")
-    assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+    metadata = "http://testserver/wakes/mcp/oauth-protected-resource/"
+    assert response.status_code == 401 and response["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'

@@ -1,5 +1,5 @@
-"""The approval page through Django's test client: the link's token becomes a hash in the session and
-leaves the URL at once; a link that opens nothing writes no session; who may answer; what each refusal
+"""The approval page through Django's test client: the link's token becomes a signed hash in a cookie and
+leaves the URL at once; opening a link writes no session, however often; who may answer; what each refusal
 looks like; that the token leaks nowhere.
 
 What only a real browser shows (Referer and Origin headers, the login round trip) is in
@@ -8,7 +8,6 @@ test_browser_approval.py.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,7 @@ import django_wakes
 from django_wakes import engine
 from django_wakes.models import State, Wake
 from django_wakes.testing import fake_clock
-from django_wakes.web.approval_pages import SESSION_KEY
+from django_wakes.web.approval_pages import LINK_COOKIE, LINK_COOKIE_SALT
 
 pytestmark = pytest.mark.django_db
 
@@ -76,6 +75,16 @@ def client(alice: Any) -> Client:
     client = Client()
     client.force_login(alice)
     return client
+
+
+def kept(client: Client) -> str | None:
+    """The token hash the browser keeps for the answer page (its signed cookie), or ``None``."""
+    from django.core import signing
+
+    morsel = client.cookies.get(LINK_COOKIE)
+    if morsel is None or not morsel.value:
+        return None
+    return signing.TimestampSigner(salt=LINK_COOKIE_SALT).unsign(morsel.value)
 
 
 def link(token: str) -> str:
@@ -128,7 +137,7 @@ def test_urls_are_namespaced(approval: django_wakes.ApprovalRequest) -> None:
     assert reverse("django_wakes:answer") == ANSWER_URL
 
 
-def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_free_url(
+def test_the_link_keeps_only_the_signed_hash_in_a_cookie_and_redirects_to_a_token_free_url(
     client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
     response = open_link(client, approval.token)
@@ -137,21 +146,19 @@ def test_the_link_keeps_only_the_hash_in_the_session_and_redirects_to_a_token_fr
     assert "no-store" in response["Cache-Control"]
     assert response.content == b""  # nothing rendered at the token's URL, so nothing to leak it from
     token_hash = engine.hash_token(approval.token)
-    assert client.session[SESSION_KEY] == token_hash
-    assert approval.token not in json.dumps(dict(client.session.items()))
-    rows = list(Session.objects.all())
-    assert rows, "the session is stored in the database"
-    for row in rows:
-        assert approval.token not in row.session_data
-        assert approval.token not in json.dumps(row.get_decoded())
-    assert any(row.get_decoded().get(SESSION_KEY) == token_hash for row in rows)
+    cookie = response.cookies[LINK_COOKIE]
+    assert kept(client) == token_hash and approval.token not in cookie.value
+    assert cookie["httponly"] and cookie["samesite"] == "Lax" and cookie["path"] == ANSWER_URL
+    assert 0 < int(cookie["max-age"]) <= 3601  # no longer than the approval waits (an hour here)
+    for row in Session.objects.all():
+        assert approval.token not in row.session_data and token_hash not in row.session_data
 
 
 def test_the_link_never_refuses_by_itself(client: Client, approval: django_wakes.ApprovalRequest) -> None:
     """A 4xx at the token URL would be logged with its path by Django: a token-free page refuses instead."""
     unknown = approval.token[::-1]
     assert refused_link(client, unknown, "not-found").status_code == 404
-    assert SESSION_KEY not in client.session
+    assert kept(client) is None
     assert open_link(Client(), approval.token)["Referrer-Policy"] == "no-referrer"  # anonymous too
 
 
@@ -184,21 +191,43 @@ def test_a_link_that_opens_no_waiting_approval_writes_no_session(settings: Any, 
         assert page.status_code == status and says in page.content.decode()
     assert Session.objects.count() == before
     assert not stranger.cookies
-    # A logged-in approver's session is left as it was: the link they opened before is still the one kept.
+    # A logged-in approver's browser is left as it was: the link they opened before is still the one kept.
     waiting = request_approval()
     approver = Client()
     approver.force_login(alice)
     open_link(approver, waiting.token)
-    kept = Session.objects.count()
+    kept_rows = Session.objects.count()
     refused_link(approver, answered.token, "answered")
     refused_link(approver, secrets.token_urlsafe(32), "not-found")
-    assert approver.session[SESSION_KEY] == engine.hash_token(waiting.token)
+    assert kept(approver) == engine.hash_token(waiting.token)
     assert approver.get(ANSWER_URL).status_code == 200
-    assert Session.objects.count() == kept
-    # The link of a waiting approval still keeps its hash in a session, for a stranger too.
-    assert open_link(stranger, waiting.token).cookies[django_settings.SESSION_COOKIE_NAME].value
-    assert Session.objects.count() == kept + 1
-    assert stranger.session[SESSION_KEY] == engine.hash_token(waiting.token)
+    assert Session.objects.count() == kept_rows
+    # The link of a waiting approval keeps its hash in the stranger's cookie, not in a session.
+    assert not open_link(stranger, waiting.token).cookies.get(django_settings.SESSION_COOKIE_NAME)
+    assert Session.objects.count() == kept_rows
+    assert kept(stranger) == engine.hash_token(waiting.token)
+
+
+def test_a_pending_link_opened_a_hundred_times_without_cookies_adds_no_session_row(settings: Any, alice: Any) -> None:
+    """Issue 26, finding 4: each cookie-less GET of one valid link added a django_session row (kept two weeks)."""
+    settings.SESSION_ENGINE = DB_SESSIONS
+    waiting = request_approval()
+    before = Session.objects.count()
+    for _ in range(100):
+        response = Client().get(link(waiting.token))  # a script keeping no cookies
+        assert response.status_code == 302 and response["Location"] == ANSWER_URL
+        assert django_settings.SESSION_COOKIE_NAME not in response.cookies
+    assert Session.objects.count() == before
+    browser = Client()  # a person still opens it, logs in (the one session of that login) and answers
+    open_link(browser, waiting.token)
+    assert (
+        browser.post(
+            resolve_url(django_settings.LOGIN_URL), {"username": "alice", "password": PASSWORD, "next": ANSWER_URL}
+        ).status_code
+        == 302
+    )
+    assert Session.objects.count() == before + 1
+    assert answer(browser, waiting.wake).status_code == 200
 
 
 def test_the_refusal_page_says_only_what_its_url_says(client: Client) -> None:
@@ -222,7 +251,7 @@ def test_the_answer_page_shows_the_prompt_and_the_form(client: Client, approval:
     assert_guarded(response, approval.token)
 
 
-def test_a_post_answers_the_approval_and_the_session_forgets_it(
+def test_a_post_answers_the_approval_and_the_browser_forgets_it(
     client: Client, approval: django_wakes.ApprovalRequest
 ) -> None:
     response = open_and_answer(client, approval, comment="looks good")
@@ -233,8 +262,8 @@ def test_a_post_answers_the_approval_and_the_session_forgets_it(
     assert wake.result["answer"] == {"approved": True, "comment": "looks good"}
     assert wake.result["resolved_by"] == "alice"
     assert wake.fire_at is not None and wake.state == State.PENDING  # due now: a runner fires it
-    assert SESSION_KEY not in client.session
-    assert client.get(ANSWER_URL).status_code == 404  # nothing in the session any more
+    assert kept(client) is None
+    assert client.get(ANSWER_URL).status_code == 404  # no link kept any more
 
 
 def test_a_post_can_reject(client: Client, approval: django_wakes.ApprovalRequest) -> None:
@@ -249,7 +278,7 @@ def test_an_invalid_answer_redisplays_the_form(client: Client, approval: django_
     assert response.status_code == 400
     assert_guarded(response, approval.token)
     assert Wake.objects.get(pk=approval.wake.pk).fire_at is None
-    assert client.session[SESSION_KEY]  # still there: the approver can try again
+    assert kept(client)  # still there: the approver can try again
     assert answer(client, approval.wake).status_code == 200
 
 
@@ -285,7 +314,7 @@ def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
 ) -> None:
     browser = Client()
     open_link(browser, approval.token)
-    assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)
+    assert kept(browser) == engine.hash_token(approval.token)
     to_login = browser.get(ANSWER_URL)
     assert to_login.status_code == 302
     assert to_login["Location"] == f"{resolve_url(django_settings.LOGIN_URL)}?next=/wakes/approve/answer/"
@@ -299,7 +328,7 @@ def test_anonymous_users_log_in_and_come_back_without_the_token_in_any_url(
         {"username": "alice", "password": PASSWORD, "next": "/wakes/approve/answer/"},
     )
     assert back.status_code == 302 and back["Location"] == ANSWER_URL
-    assert browser.session[SESSION_KEY] == engine.hash_token(approval.token)  # kept across the login
+    assert kept(browser) == engine.hash_token(approval.token)  # kept across the login
     assert browser.get(ANSWER_URL).status_code == 200
     assert answer(browser, approval.wake).status_code == 200
     assert Wake.objects.get(pk=approval.wake.pk).result["resolved_by"] == "alice"
@@ -372,7 +401,7 @@ def test_an_unknown_token_gets_404(client: Client, approval: django_wakes.Approv
 
 
 def test_an_approval_gone_from_the_table_gets_404(client: Client, approval: django_wakes.ApprovalRequest) -> None:
-    """The session keeps the hash of an approval that gc deleted since: the answer page no longer finds it."""
+    """The browser keeps the hash of an approval that gc deleted since: the answer page no longer finds it."""
     gone = request_approval(prompt="Soon deleted")
     open_link(client, gone.token)
     Wake.objects.filter(pk=gone.wake.pk).delete()
@@ -475,7 +504,7 @@ def test_the_token_is_never_logged(
     assert answer(client, approval.wake, decision="maybe").status_code == 400
     assert answer(client, approval.wake).status_code == 200
     assert refused_link(client, approval.token, "answered").status_code == 409
-    assert answer(client, approval.wake).status_code == 404  # the session forgot it after the answer
+    assert answer(client, approval.wake).status_code == 404  # the browser forgot it after the answer
     with fake_clock(timezone.now() - timedelta(days=1)):  # it expired a day later: 23 hours ago
         expired = request_approval(expires_in="1h")
     assert refused_link(client, expired.token, "expired").status_code == 410

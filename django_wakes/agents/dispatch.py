@@ -266,9 +266,10 @@ def _request_approval(call: _Call, on_approval: ApprovalHook | None) -> dict[str
         on_expiry=ON_TIMEOUT[args.get("on_timeout", "notify")],
     )
     wake: Wake = request.wake
-    if wake.token_hash == engine.hash_token(request.token):
-        # New, or a retried call whose approval is still open (the engine rotated its token):
-        # the host gets the valid token. An approval already answered has none to hand out.
+    if request.token is not None:
+        # A new approval: the host gets its one token, once. A replay (token None) rotates nothing and
+        # calls no hook, so a model repeating the call can neither void the link a person holds nor
+        # make the host send more links (a new one is the host's call: reissue_approval).
         on_approval(wake, request.token)
     return describe_wake(wake)
 
@@ -381,9 +382,9 @@ def dispatch(
     ``tool_call_id`` (the API's id for this call) makes creates idempotent: a host that retries the
     call gets the same wake and the same result, never a second wake. ``on_approval(wake, token)``
     (default: ``WAKES["ON_APPROVAL"]``) receives the one-time token of an approval
-    ``request_approval`` creates (again, with a fresh token, when a retried call finds it still open)
-    for the host to deliver to a human; the token never appears in the result. Without a hook,
-    ``request_approval`` answers ``unavailable``.
+    ``request_approval`` creates (once per approval: a retried call with the same ``tool_call_id`` gets
+    the same result and calls no hook) for the host to deliver to a human; the token never appears in the
+    result. Without a hook, ``request_approval`` answers ``unavailable``.
 
     Raise (host errors, not model input): ``ValueError`` for an unusable ``workspace_id``,
     ``session_id`` or ``tool_call_id``, or a ``tool_call_id`` reused for a different call;

@@ -8,7 +8,15 @@ tools, schemas and results as :func:`~django_wakes.agents.dispatch.dispatch`, wh
 * **streamable HTTP**: ``django_wakes:mcp`` (``mcp/`` in ``django_wakes.urls``, :func:`mcp_endpoint`),
   stateless, JSON responses, each request's session told by ``WAKES["MCP_AUTH"](request) ->
   (workspace_id, session_id) | None`` (``None``: 401; no hook: 404). Any number of Django workers
-  can serve it: nothing about a client is kept between requests.
+  can serve it: nothing about a client is kept between requests. A request whose ``Origin`` is neither
+  this host's nor in ``WAKES["MCP_ALLOWED_ORIGINS"]`` gets 403 (the transport spec's guard against DNS
+  rebinding; no ``Origin``, as non-browser clients send, passes). The 401 names the OAuth protected
+  resource metadata (RFC 9728, :func:`resource_metadata`) in ``WWW-Authenticate``, so an MCP client
+  without a token starts discovery there.
+
+A host error while running a call (``SPAWN_TURN`` unset, the database down, a hook that raises) reaches
+the client as a JSON-RPC internal error that says only "internal error" and an error id; the exception
+is logged here with that id, never sent.
 
 A refusal is an MCP tool error (``isError: true``) carrying dispatch's ``{"error": {...}}``; a result
 also comes as ``structuredContent``. Approval tokens go to ``WAKES["ON_APPROVAL"](wake, token)``, as MCP
@@ -24,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 from collections.abc import Callable, MutableMapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -37,7 +46,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from django.http import HttpRequest, HttpResponse
     from mcp.server.lowlevel import Server
 
-__all__ = ["CREATE_TOOLS", "REQUEST_ID", "build_server", "mcp_endpoint", "mcp_tools", "serve_stdio"]
+__all__ = [
+    "CREATE_TOOLS",
+    "REQUEST_ID",
+    "build_server",
+    "mcp_endpoint",
+    "mcp_tools",
+    "origin_allowed",
+    "resource_metadata",
+    "serve_stdio",
+    "url_setting_problems",
+]
 
 logger = logging.getLogger("django_wakes")
 
@@ -135,7 +154,10 @@ def build_server() -> Server[Any]:
         return types.ListToolsResult(tools=[types.Tool.model_validate(tool) for tool in mcp_tools()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await _call(params.name, params.arguments)
+        try:
+            result = await _call(params.name, params.arguments)
+        except Exception as exc:  # a host error: logged in full here, only its id sent
+            raise _host_error(params.name) from exc
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result))],
             structured_content=result,
@@ -149,6 +171,17 @@ def build_server() -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _host_error(tool: str) -> Exception:
+    """Log the exception being handled under a new error id; return the generic JSON-RPC error that names the id."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import INTERNAL_ERROR
+
+    error_id = secrets.token_hex(8)
+    logger.exception("MCP tool call %s failed in the host (error id %s)", tool, error_id)
+    message = f"internal error in the host (error id {error_id}): the call was not done; tell the host's operators"
+    return MCPError(code=INTERNAL_ERROR, message=message, data={"error_id": error_id})
 
 
 def serve_stdio(*, workspace_id: str, session_id: str) -> None:
@@ -240,13 +273,95 @@ async def _serve_http(request: HttpRequest, identity: tuple[str, str]) -> HttpRe
     return response
 
 
+def origin_allowed(request: HttpRequest) -> bool:
+    """Whether the request's ``Origin`` may call the endpoint: none sent, this host's own, or a listed one.
+
+    "This host's own" is ``request.get_host()``, which Django checks against ``ALLOWED_HOSTS``: a page
+    on a rebound name (DNS rebinding) sends that name as ``Host`` and is refused there. Listed origins
+    are ``WAKES["MCP_ALLOWED_ORIGINS"]`` (``"https://app.example.com"``, exact scheme, host and port).
+    """
+    from urllib.parse import urlsplit
+
+    from ..conf import wakes_settings
+
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    if origin.rstrip("/").lower() in {o.rstrip("/").lower() for o in wakes_settings.mcp_allowed_origins}:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme == request.scheme and bool(parts.netloc) and parts.netloc.lower() == request.get_host().lower()
+
+
+def url_setting_problems() -> list[tuple[str, str]]:
+    """``(setting, message)`` for each unusable ``MCP_ALLOWED_ORIGINS``/``MCP_AUTHORIZATION_SERVERS`` (system checks).
+
+    Origins are ``scheme://host[:port]`` only (what a browser sends); authorization servers absolute
+    http(s) URLs. One message per setting, about its first bad entry.
+    """
+    from urllib.parse import urlsplit
+
+    from ..conf import wakes_settings
+
+    problems = []
+    for name, origins_only, what in (
+        ("MCP_ALLOWED_ORIGINS", True, 'origins such as "https://app.example.com" (scheme, host and port only)'),
+        ("MCP_AUTHORIZATION_SERVERS", False, "absolute http(s) URLs of OAuth authorization servers"),
+    ):
+        value = wakes_settings.get(name)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            parts = urlsplit(item) if isinstance(item, str) else None
+            usable = parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc)
+            if usable and parts is not None and origins_only:
+                usable = parts.path in ("", "/") and not parts.query and not parts.fragment
+            if not isinstance(value, list | tuple) or not usable:
+                problems.append((name, f"WAKES[{name!r}] must be a list of {what}; got {item!r:.100}"))
+                break
+    return problems
+
+
+def _metadata_url(request: HttpRequest) -> str:
+    from django.urls import reverse
+
+    return request.build_absolute_uri(reverse("django_wakes:mcp_resource_metadata"))
+
+
+def resource_metadata(request: HttpRequest) -> HttpResponse:
+    """``mcp/oauth-protected-resource/``: the endpoint's OAuth protected resource metadata (RFC 9728).
+
+    ``resource`` is the endpoint's absolute URL; ``authorization_servers`` lists
+    ``WAKES["MCP_AUTHORIZATION_SERVERS"]`` and is left out when the host names none (RFC 9728 makes it
+    optional): the host then hands out its bearer tokens itself, and an OAuth client can discover that it
+    cannot get one by OAuth. Public (no credentials), readable from any origin; 404 while ``MCP_AUTH`` is unset.
+    """
+    from django.http import Http404, JsonResponse
+    from django.urls import reverse
+
+    from ..conf import wakes_settings
+
+    if wakes_settings.mcp_auth is None:
+        raise Http404("the MCP endpoint is off: set WAKES['MCP_AUTH']")
+    metadata: dict[str, Any] = {
+        "resource": request.build_absolute_uri(reverse("django_wakes:mcp")),
+        "bearer_methods_supported": ["header"],
+        "resource_name": SERVER_NAME,
+    }
+    servers = wakes_settings.mcp_authorization_servers
+    if servers:
+        metadata["authorization_servers"] = servers
+    response = JsonResponse(metadata)
+    response["Access-Control-Allow-Origin"] = "*"  # public metadata, for browser-based MCP clients
+    return response
+
+
 async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     """``mcp/``: the tools over streamable HTTP for the session ``WAKES["MCP_AUTH"](request)`` names.
 
-    404 while ``MCP_AUTH`` is unset, 401 when it answers ``None``, 405 for anything but POST (the
-    server is stateless: no GET stream, no session to DELETE). CSRF does not apply (a client sends
-    JSON with its own credentials): ``MCP_AUTH`` must authenticate with something a browser does not
-    send by itself, such as a bearer token, never the session cookie alone.
+    404 while ``MCP_AUTH`` is unset, 403 for an ``Origin`` :func:`origin_allowed` refuses, 401 when
+    ``MCP_AUTH`` answers ``None`` (with ``WWW-Authenticate: Bearer resource_metadata="..."``), 405 for
+    anything but POST (the server is stateless: no GET stream, no session to DELETE). CSRF does not
+    apply (a client sends JSON with its own credentials): ``MCP_AUTH`` must authenticate with something
+    a browser does not send by itself, such as a bearer token, never the session cookie alone.
     """
     from asgiref.sync import sync_to_async
     from django.http import Http404, JsonResponse
@@ -257,6 +372,9 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     auth = wakes_settings.mcp_auth
     if auth is None:
         raise Http404("the MCP endpoint is off: set WAKES['MCP_AUTH']")
+    if not origin_allowed(request):
+        logger.warning("MCP endpoint: refused a request from origin %r (403)", request.headers.get("Origin", "")[:200])
+        return JsonResponse({"error": "this origin may not call the MCP endpoint"}, status=403)
     if request.method != "POST":
         response = JsonResponse({"error": "this MCP server is stateless: POST JSON-RPC messages"}, status=405)
         response["Allow"] = "POST"
@@ -264,7 +382,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     identity = await sync_to_async(auth, thread_sensitive=True)(request)
     if identity is None:
         response = JsonResponse({"error": "not authenticated"}, status=401)
-        response["WWW-Authenticate"] = "Bearer"
+        response["WWW-Authenticate"] = f'Bearer resource_metadata="{_metadata_url(request)}"'
         return response
     workspace_id, session_id = identity
     return await _serve_http(request, (key(workspace_id, name="workspace_id"), key(session_id, name="session_id")))
@@ -279,3 +397,13 @@ def _csrf_exempt_endpoint() -> Callable[..., Any]:
 
 #: What ``django_wakes.urls`` routes: :func:`mcp_endpoint`, CSRF-exempt and never cached.
 mcp_view = _csrf_exempt_endpoint()
+
+
+def _metadata_view() -> Callable[..., Any]:
+    from django.views.decorators.http import require_safe
+
+    return require_safe(resource_metadata)
+
+
+#: What ``django_wakes.urls`` routes at ``mcp/oauth-protected-resource/``: :func:`resource_metadata`, GET/HEAD only.
+resource_metadata_view = _metadata_view()

@@ -3,6 +3,7 @@
 * :mod:`.create` — ``schedule``, ``schedule_many``; booking a chain's next occurrence;
 * :mod:`.waiting` — ``watch``, ``request_approval`` (wakes that wait for an event or an answer);
 * :mod:`.insert` — ``create_wake``, every insert's one door (idempotency, coalescing, budgets);
+* :mod:`.approvals` — ``reissue_approval``: the host's explicit new link for a waiting approval (bounded);
 * :mod:`.triggers` — ``deliver_event``, ``waiting_approval``/``open_approval``/``resolve``, ``cancel``, ``requeue``;
 * :mod:`.claim` — the claim pass (one statement on PostgreSQL, steps elsewhere); :mod:`.claim_rows` — deciding
   and updating the locked rows; :mod:`.takeover` — lapsed leases; :mod:`.leases` — ``Claim``, fences, renewal;
@@ -23,6 +24,7 @@ from .aio import (
     acancel,
     adeliver_event,
     anudge_session,
+    areissue_approval,
     arequest_approval,
     aresolve,
     aresume_session,
@@ -31,6 +33,7 @@ from .aio import (
     astop_session,
     awatch,
 )
+from .approvals import MAX_REISSUES, reissue_approval
 from .claim import claim_batch
 from .create import book_next, schedule, schedule_many
 from .fencing import FireOutcome, release
@@ -70,6 +73,7 @@ __all__ = [
     "adeliver_event",
     "anudge_session",
     "arequest_approval",
+    "areissue_approval",
     "aresolve",
     "aresume_session",
     "aschedule",
@@ -120,6 +124,8 @@ __all__ = [
     "renew_leases",
     "request_approval",
     "requeue",
+    "reissue_approval",
+    "MAX_REISSUES",
     "resolve",
     "resolve_hashed",
     "resume_session",

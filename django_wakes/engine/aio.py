@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .approvals import reissue_approval
 from .create import schedule, schedule_many
 from .sessions import nudge_session, resume_session, stop_session
 from .triggers import cancel, deliver_event, resolve
@@ -27,6 +28,7 @@ __all__ = [
     "acancel",
     "adeliver_event",
     "anudge_session",
+    "areissue_approval",
     "arequest_approval",
     "aresolve",
     "aresume_session",
@@ -62,6 +64,7 @@ aschedule = twin(schedule)
 aschedule_many = twin(schedule_many)
 awatch = twin(watch)
 arequest_approval = twin(request_approval)
+areissue_approval = twin(reissue_approval)
 adeliver_event = twin(deliver_event)
 aresolve = twin(resolve)
 acancel = twin(cancel)

@@ -16,8 +16,15 @@ from django.db.models import Case, F, Q, When
 from .. import clock, events
 from ..conf import wakes_settings
 from ..durations import Duration
-from ..exceptions import ApprovalAlreadyResolved, ApprovalDenied, ApprovalError, ApprovalExpired, ApprovalNotFound
-from ..models import State, TriggerType, Wake, WatchedKey
+from ..exceptions import (
+    ApprovalAlreadyResolved,
+    ApprovalDenied,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ApprovalSuperseded,
+)
+from ..models import RetiredApprovalToken, State, TriggerType, Wake, WatchedKey
 from ..validation import json_value, key, wake_pk, well_formed_token, well_formed_token_hash
 from . import retention
 from .shared import announce_due, db_alias, hash_token, retry_rolled_back
@@ -86,20 +93,33 @@ def _approval_refusal(wake: Wake, now: datetime) -> ApprovalError:
     return ApprovalAlreadyResolved(f"approval {wake.pk} was already answered or cancelled", wake)
 
 
-def _approval_of(token_hash: str | None) -> Wake:
-    """The approval whose token hashes to ``token_hash``, in whatever state; :class:`ApprovalNotFound` if none."""
+def _approval_of(token_hash: str | None) -> tuple[Wake, bool]:
+    """The approval ``token_hash`` opens, in whatever state, and whether that link was retired; else raise.
+
+    A retired link (the host re-issued it, :func:`~django_wakes.engine.approvals.reissue_approval`) still
+    names its approval, so its holder is told "a newer link was sent", never :class:`ApprovalNotFound`.
+    """
     if not well_formed_token_hash(token_hash):
         raise ApprovalNotFound("no approval answers to this token")
-    wake = Wake.objects.using(db_alias()).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
-    if wake is None:
+    using = db_alias()
+    wake = Wake.objects.using(using).filter(token_hash=token_hash, trigger_type=TriggerType.ON_APPROVAL).first()
+    if wake is not None:
+        return wake, False
+    retired = RetiredApprovalToken.objects.using(using).filter(token_hash=token_hash).select_related("wake").first()
+    if retired is None:
         raise ApprovalNotFound("no approval answers to this token")
-    return wake
+    return retired.wake, True
 
 
-def _still_waiting(wake: Wake) -> Wake:
-    """Return ``wake`` if it still waits for its answer; else raise why not (expired, answered or cancelled)."""
+def _still_waiting(wake: Wake, *, retired: bool = False) -> Wake:
+    """Return ``wake`` if it still waits for its answer; else raise why not (expired, answered or cancelled).
+
+    ``retired``: the link used was re-issued since, so a waiting approval raises :class:`ApprovalSuperseded`.
+    """
     now = clock.now()
     if wake.state == State.PENDING and wake.fire_at is None and (wake.expires_at is None or wake.expires_at > now):
+        if retired:
+            raise ApprovalSuperseded(f"approval {wake.pk} was sent a newer link: this one was retired", wake)
         return wake
     raise _approval_refusal(wake, now)
 
@@ -108,30 +128,36 @@ def waiting_approval(token_hash: str | None) -> Wake:
     """Return the approval ``token_hash`` opens if it still waits for an answer, whoever asks; else raise.
 
     What the approval link checks before it keeps anything for its visitor, who may not have logged
-    in yet: raise :class:`ApprovalNotFound`, :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`,
-    the refusals that do not depend on who answers. Whether this visitor may answer is
-    :func:`open_approval`'s question (``WAKES["AUTHORIZE"]``), asked once they are logged in.
+    in yet: raise :class:`ApprovalNotFound`, :class:`ApprovalSuperseded` (a link the host re-issued),
+    :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`, the refusals that do not depend on who
+    answers. Whether this visitor may answer is :func:`open_approval`'s question (``WAKES["AUTHORIZE"]``),
+    asked once they are logged in.
     """
-    return _still_waiting(_approval_of(token_hash))
+    wake, retired = _approval_of(token_hash)
+    return _still_waiting(wake, retired=retired)
 
 
-def open_approval(token_hash: str | None, actor: Any) -> Wake:
+def open_approval(token_hash: str | None, actor: Any, *, opened_before_reissue: bool = False) -> Wake:
     """Return the approval ``token_hash`` opens for ``actor`` if it can be answered now, else raise.
 
     The one place that decides whether an approval may be answered: :func:`resolve_hashed` calls it
     before its conditional UPDATE, and the approval page calls it before showing the prompt, so the
     page refuses exactly what an answer would be refused for. Raise :class:`ApprovalNotFound`,
     :class:`ApprovalDenied` (the ``AUTHORIZE`` hook said no, or no hook is configured: approvals are
-    never "allow all"), :class:`ApprovalExpired` or :class:`ApprovalAlreadyResolved`. An actor who may
-    not answer is told that before anything of the approval's state.
+    never "allow all"), :class:`ApprovalSuperseded`, :class:`ApprovalExpired` or
+    :class:`ApprovalAlreadyResolved`. An actor who may not answer is told that before anything of the
+    approval's state.
+
+    ``opened_before_reissue``: the hash was kept when its link was opened (the approval page), so a
+    re-issue since then does not void it: re-issuing retires a link, not a page a person has open.
     """
-    wake = _approval_of(token_hash)
+    wake, retired = _approval_of(token_hash)
     authorize = wakes_settings.authorize
     if authorize is None:
         raise ApprovalDenied("no WAKES['AUTHORIZE'] hook is configured, so no one may resolve approvals")
     if not authorize(actor, wake.workspace_id):
         raise ApprovalDenied(f"{actor_name(actor)!r} may not resolve approvals in this workspace")
-    return _still_waiting(wake)
+    return _still_waiting(wake, retired=retired and not opened_before_reissue)
 
 
 def resolve(token: str, answer: Any, actor: Any) -> Wake:
@@ -145,11 +171,14 @@ def resolve(token: str, answer: Any, actor: Any) -> Wake:
     return resolve_hashed(hash_token(token), answer, actor)
 
 
-def resolve_hashed(token_hash: str | None, answer: Any, actor: Any) -> Wake:
-    """:func:`resolve` for a caller that kept only the token's hash (the approval page's session)."""
+def resolve_hashed(token_hash: str | None, answer: Any, actor: Any, *, opened_before_reissue: bool = False) -> Wake:
+    """:func:`resolve` for a caller that kept only the token's hash (the approval page, when its link was opened).
+
+    ``opened_before_reissue`` as for :func:`open_approval`.
+    """
     answer = json_value(answer, name="answer")
     resolved_by = json_value(actor_name(actor), name="actor")
-    wake = open_approval(token_hash, actor)
+    wake = open_approval(token_hash, actor, opened_before_reissue=opened_before_reissue)
     using = db_alias()
     now = clock.now()
     result = {"trigger": TriggerType.ON_APPROVAL.value, "answer": answer, "resolved_by": resolved_by}

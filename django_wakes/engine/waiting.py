@@ -16,7 +16,7 @@ from django.db import transaction
 from .. import clock, events
 from ..durations import Duration
 from ..exceptions import IdempotencyConflict, InvalidWake
-from ..models import DEFAULT_QUEUE, State, TriggerType, Wake, WatchedKey
+from ..models import DEFAULT_QUEUE, TriggerType, Wake, WatchedKey
 from ..sinks import SESSION_TURN
 from ..validation import json_value, key, prompt_text
 from . import retention
@@ -28,13 +28,14 @@ from .shared import announce_due, db_alias, hash_token, retry_rolled_back
 class ApprovalRequest:
     """What :func:`request_approval` returns: the wake and the one-time token (shown only here).
 
-    ``repr()`` and ``str()`` hide the token (``token=<hidden>``): a request logged with ``%r``, put
-    in an f-string or shown among a traceback's locals names its wake, never the token. Read
-    ``.token`` to build the link you send.
+    ``token`` is ``None`` when the call was a replay (the idempotency key named this approval already):
+    the link sent the first time stays the valid one. ``repr()`` and ``str()`` hide the token
+    (``token=<hidden>``): a request logged with ``%r``, put in an f-string or shown among a traceback's
+    locals names its wake, never the token. Read ``.token`` to build the link you send.
     """
 
     wake: Wake
-    token: str
+    token: str | None
 
     def __repr__(self) -> str:  # kept by @dataclass, which writes no __repr__ over one the class defines
         return f"{type(self).__name__}(wake={self.wake!r}, token=<hidden>)"
@@ -179,11 +180,11 @@ def request_approval(
 
     Only the token's hash is stored, so the token exists only in this return value. A retried
     create with the same ``idempotency_key`` (the same session, prompt and intent) returns the
-    existing wake with a fresh token that is then the valid one (the old one cannot be recovered
-    from the hash); once answered, its token is not renewed. A key naming anything else (another
+    existing wake with ``token=None`` and changes nothing: the link already sent stays the valid one
+    (a replay never rotates it; the host gets a new link only by asking
+    :func:`~django_wakes.engine.approvals.reissue_approval`). A key naming anything else (another
     session's wake, a wake that is no approval, an approval asking another prompt or carrying
-    another intent) raises :class:`~django_wakes.exceptions.IdempotencyConflict` and rotates
-    nothing. ``on_expiry``: the answer
+    another intent) raises :class:`~django_wakes.exceptions.IdempotencyConflict`. ``on_expiry``: the answer
     delivered (marked ``"defaulted": True``) when no one answers in time, e.g. ``{"approved": False}``;
     without it the sink is told ``{"expired": True}``.
     """
@@ -214,19 +215,12 @@ def request_approval(
         due_at=expiry,
     )
     wake = create_wake(fields, budget=budget, now=now)
-    if wake.token_hash != fields["token_hash"]:
-        # An idempotent replay (create_wake checked the session): rotate the token on the existing,
-        # still-unanswered approval, if it is this very request.
-        if wake.trigger_type != TriggerType.ON_APPROVAL or wake.prompt != prompt or wake.intent != fields["intent"]:
-            raise IdempotencyConflict(
-                f"idempotency_key {idempotency_key!r:.80} already names another request in this workspace "
-                "(not an approval, or another prompt or intent): its token is not renewed"
-            )
-        rotated = (
-            Wake.objects.using(db_alias())
-            .filter(pk=wake.pk, session_id=wake.session_id, state=State.PENDING, fire_at__isnull=True)
-            .update(token_hash=fields["token_hash"], updated_at=now)
+    if wake.token_hash == fields["token_hash"]:
+        return ApprovalRequest(wake=wake, token=token)
+    # An idempotent replay (create_wake checked the session): the same request gets its wake back, no token.
+    if wake.trigger_type != TriggerType.ON_APPROVAL or wake.prompt != prompt or wake.intent != fields["intent"]:
+        raise IdempotencyConflict(
+            f"idempotency_key {idempotency_key!r:.80} already names another request in this workspace "
+            "(not an approval, or another prompt or intent)"
         )
-        if rotated:
-            wake.token_hash = fields["token_hash"]
-    return ApprovalRequest(wake=wake, token=token)
+    return ApprovalRequest(wake=wake, token=None)

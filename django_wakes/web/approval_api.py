@@ -40,6 +40,7 @@ from ..exceptions import (
     ApprovalError,
     ApprovalExpired,
     ApprovalNotFound,
+    ApprovalSuperseded,
     WakeError,
 )
 from ..models import State, Wake
@@ -66,6 +67,11 @@ REFUSALS: dict[type[ApprovalError], tuple[int, str, str]] = {
     ApprovalDenied: (403, "forbidden", "This actor may not answer this approval."),
     ApprovalAlreadyResolved: (409, "already_answered", "This approval was already answered or cancelled."),
     ApprovalExpired: (410, "expired", "This approval expired before it was answered."),
+    ApprovalSuperseded: (
+        410,
+        "superseded",
+        "A newer link was sent for this approval: this token no longer answers it.",
+    ),
 }
 
 ANSWER_FIELDS = {"token", "approved", "comment"}
@@ -182,7 +188,8 @@ def _session_answer(request: HttpRequest) -> HttpResponseBase:
 def approval_api(request: HttpRequest) -> HttpResponseBase:
     """Answer an approval from a JSON body: ``{"token", "approved", "comment"}`` -> ``{"wake", "approved"}``.
 
-    401 when no actor is authenticated, 404/403/409/410 as the approval page refuses, 400 for a bad
+    401 when no actor is authenticated, 404/403/409/410 as the approval page refuses (410 ``superseded``:
+    a token the host re-issued), 400 for a bad
     body, 405 for anything but POST, 413 for a body over :data:`API_MAX_BYTES`, 415 without
     ``Content-Type: application/json``.
     """

@@ -1,17 +1,20 @@
 """The approval page: a logged-in human reads the prompt and answers it.
 
 The link sent to the approver holds the one-time token: ``approve/<token>/``. When the token opens
-an approval still waiting for its answer, that view only stores the token's hash in the session and
-redirects to the token-free ``approve/answer/``, the way Django's ``PasswordResetConfirmView`` keeps
-its token out of the page's URL. From there on the token is not in the address bar, the login page's
-``?next=``, a Referer, a logged path or the web server's access log; the session (stored server-side,
-e.g. in the database) holds only the hash. Any other token (unknown, expired, answered, cancelled)
-writes no session: the link redirects to the token-free refusal page ``approve/refused/<reason>/``, so
-a stranger requesting made-up links cannot grow the session table.
+an approval still waiting for its answer, that view only keeps the token's hash in a signed,
+``HttpOnly`` cookie scoped to the answer page (:data:`LINK_COOKIE`) and redirects to the token-free
+``approve/answer/``, the way Django's ``PasswordResetConfirmView`` keeps its token out of the page's URL.
+From there on the token is not in the address bar, the login page's ``?next=``, a Referer, a logged
+path or the web server's access log; the cookie holds only the hash, signed so it cannot be made up.
+Opening a link writes nothing on the server: no session row, however many times it is opened without
+cookies (the session appears at login, one per login). Any other token (unknown, retired, expired,
+answered, cancelled) sets nothing: the link redirects to the token-free refusal page
+``approve/refused/<reason>/``.
 
 ``approve/answer/`` (login required) shows the prompt on GET and answers it on POST through
-:func:`django_wakes.engine.resolve_hashed`, under ordinary ``csrf_protect``. Both views are
-``never_cache``.
+:func:`django_wakes.engine.resolve_hashed`, under ordinary ``csrf_protect``. A page opened before the
+host re-issued the link (:func:`django_wakes.reissue_approval`) is still answered: re-issuing retires a
+link, not a page a person has open. Both views are ``never_cache``.
 """
 
 from __future__ import annotations
@@ -22,22 +25,26 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core import signing
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_http_methods, require_safe
 
-from .. import engine
+from .. import clock, engine
 from ..exceptions import (
     ApprovalAlreadyResolved,
     ApprovalDenied,
     ApprovalError,
     ApprovalExpired,
     ApprovalNotFound,
+    ApprovalSuperseded,
     InvalidIntent,
 )
 from ..models import Wake
@@ -45,8 +52,13 @@ from .forms import ApprovalForm
 
 logger = logging.getLogger("django_wakes")
 
-#: The session key that holds the SHA-256 of the approval link's token (never the token itself).
-SESSION_KEY = "django_wakes_approval"
+#: The cookie that holds the SHA-256 of the opened link's token (never the token), signed with
+#: ``SECRET_KEY`` under :data:`LINK_COOKIE_SALT` and sent only to the answer page.
+LINK_COOKIE = "django_wakes_approval"
+LINK_COOKIE_SALT = "django_wakes.approval_link"
+#: How long an opened link is kept, in seconds (less when the approval expires sooner): a day to log in
+#: and answer; after that, the page asks for the link again.
+LINK_COOKIE_MAX_AGE = 24 * 60 * 60
 
 INTENT_PREVIEW_CHARS = 4000
 
@@ -60,9 +72,14 @@ REFUSALS: dict[type[ApprovalError], tuple[int, Any, Any]] = {
         _("This approval was already answered or cancelled. Answers are accepted once."),
     ),
     ApprovalExpired: (410, _("Approval expired"), _("This approval expired before it was answered.")),
+    ApprovalSuperseded: (
+        410,
+        _("A newer link was sent"),
+        _("A newer link was sent for this approval, and this one no longer opens it. Use the most recent link."),
+    ),
 }
 
-#: The form was shown for one approval, but the session now holds another (its link was opened since).
+#: The form was shown for one approval, but this browser has opened another approval's link since.
 STALE = (
     409,
     _("Page out of date"),
@@ -86,18 +103,47 @@ LINK_REFUSALS: dict[str, type[ApprovalError]] = {
     "not-found": ApprovalNotFound,
     "answered": ApprovalAlreadyResolved,
     "expired": ApprovalExpired,
+    "superseded": ApprovalSuperseded,
 }
+
+
+def _opened_hash(request: HttpRequest) -> str | None:
+    """The token hash of the link opened in this browser (:data:`LINK_COOKIE`), if its signature holds."""
+    value = request.COOKIES.get(LINK_COOKIE)
+    if not value:
+        return None
+    try:
+        return signing.TimestampSigner(salt=LINK_COOKIE_SALT).unsign(value, max_age=LINK_COOKIE_MAX_AGE)
+    except signing.BadSignature:
+        return None
+
+
+def _keep_opened(request: HttpRequest, response: HttpResponseBase, token_hash: str, wake: Wake) -> None:
+    """Set :data:`LINK_COOKIE` to the signed hash, for the answer page only, until the approval or the day ends."""
+    left = LINK_COOKIE_MAX_AGE
+    if wake.expires_at is not None:
+        left = min(left, max(1, int((wake.expires_at - clock.now()).total_seconds()) + 1))
+    response.set_cookie(
+        LINK_COOKIE,
+        signing.TimestampSigner(salt=LINK_COOKIE_SALT).sign(token_hash),
+        max_age=left,
+        path=reverse("django_wakes:answer"),
+        secure=settings.SESSION_COOKIE_SECURE or request.is_secure(),
+        httponly=True,
+        samesite="Lax",  # sent when the link is followed from a mail or a chat (a top-level GET)
+    )
 
 
 @require_safe
 @never_cache
 def approve(request: HttpRequest, token: str) -> HttpResponseBase:
-    """Keep the link's token as its hash in the session and redirect to the token-free answer page.
+    """Keep the link's token as its signed hash in a cookie and redirect to the token-free answer page.
 
     Only a token that opens an approval still waiting for its answer (:func:`engine.waiting_approval
-    <django_wakes.engine.waiting_approval>`) is kept: any other redirects to the refusal page
-    :func:`refused` with nothing written, so no session row or cookie is made for it. Who may answer
-    is checked on the answer page, once the visitor is logged in (403 there).
+    <django_wakes.engine.waiting_approval>`) is kept: any other (a retired link too: "a newer link was
+    sent") redirects to the refusal page :func:`refused` with nothing set. Nothing is written on the
+    server either way, so opening a link any number of times grows no table. Who may answer is checked
+    on the answer page, once the visitor is logged in (403 there).
 
     This view always redirects, whoever asks and whatever the token: a refusal here would be a 4xx
     response, and Django's request logger writes the path of every 4xx response, token included, to
@@ -105,7 +151,7 @@ def approve(request: HttpRequest, token: str) -> HttpResponseBase:
     """
     token_hash = engine.hash_token(token)
     try:
-        engine.waiting_approval(token_hash)
+        wake = engine.waiting_approval(token_hash)
     except ApprovalError as exc:
         reason = next(name for name, kind in LINK_REFUSALS.items() if isinstance(exc, kind))
         response = redirect("django_wakes:refused", reason=reason)
@@ -114,8 +160,8 @@ def approve(request: HttpRequest, token: str) -> HttpResponseBase:
         logger.warning("approval link: the database could not be read; sent to the 'unavailable' page", exc_info=True)
         response = redirect("django_wakes:refused", reason=UNAVAILABLE)
     else:
-        request.session[SESSION_KEY] = token_hash
         response = redirect("django_wakes:answer")
+        _keep_opened(request, response, token_hash, wake)
     response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
@@ -163,14 +209,15 @@ def _same_origin(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRes
 @login_required
 @csrf_protect
 def answer(request: HttpRequest) -> HttpResponseBase:
-    """Show the prompt of the approval kept in the session (GET), or answer it (POST).
+    """Show the prompt of the approval whose link was opened in this browser (GET), or answer it (POST).
 
-    404 when the session holds no approval or an unknown one, 403/409/410 when it cannot be answered
-    now by this user. After an answer the session forgets the approval.
+    404 when no link (or an unknown one) was opened, 403/409/410 when it cannot be answered now by
+    this user. A link the host re-issued after it was opened here still answers (the person read the
+    prompt through a valid link). After an answer the browser forgets the link.
     """
-    token_hash = request.session.get(SESSION_KEY)
+    token_hash = _opened_hash(request)
     try:
-        wake = engine.open_approval(token_hash, request.user)
+        wake = engine.open_approval(token_hash, request.user, opened_before_reissue=True)
     except ApprovalError as exc:
         return _refused(request, exc)
     if request.method != "POST":
@@ -182,13 +229,12 @@ def answer(request: HttpRequest) -> HttpResponseBase:
         return _form_page(request, wake, form, status=400)
     answer = form.answer()
     try:
-        wake = engine.resolve_hashed(token_hash, answer, request.user)
+        wake = engine.resolve_hashed(token_hash, answer, request.user, opened_before_reissue=True)
     except InvalidIntent:
         form.add_error("comment", _("This comment is too long."))
         return _form_page(request, wake, form, status=400)
     except ApprovalError as exc:
         return _refused(request, exc)
-    del request.session[SESSION_KEY]
     logger.info(
         "approval answered wake=%s workspace=%s by=%s approved=%s",
         wake.pk,
@@ -196,7 +242,9 @@ def answer(request: HttpRequest) -> HttpResponseBase:
         request.user.get_username(),
         answer["approved"],
     )
-    return render(request, "django_wakes/approve_done.html", {"wake": wake, "answer": answer})
+    response = render(request, "django_wakes/approve_done.html", {"wake": wake, "answer": answer})
+    response.delete_cookie(LINK_COOKIE, path=reverse("django_wakes:answer"), samesite="Lax")
+    return response
 
 
 @require_safe
@@ -205,7 +253,8 @@ def answer(request: HttpRequest) -> HttpResponseBase:
 def refused(request: HttpRequest, reason: str) -> HttpResponseBase:
     """The page a link to no waiting approval redirects to: 404, 409 or 410, as the answer page would say it.
 
-    It needs no login and touches no session; it shows the refusal its URL names (an unknown reason
+    ``superseded`` (410) is a link the host re-issued: "a newer link was sent". It needs no login and
+    touches no session; it shows the refusal its URL names (an unknown reason
     is 404; ``unavailable``, a database that could not be read, is 503), nothing of any approval.
     """
     if reason == UNAVAILABLE:
