@@ -18,13 +18,12 @@
 | E013 | WAKES is not a dict |
 | E014 | PERIODIC is not a list of periodic task entries, or names a task that cannot be imported |
 | E015 | checking a setting failed unexpectedly (the message names the setting and the error) |
+| E017 | MCP_ALLOWED_ORIGINS is not a list of origins (``"https://app.example.com"``: scheme, host, port only) |
+| E018 | MCP_AUTHORIZATION_SERVERS is not a list of absolute http(s) URLs |
+| E019 | LOGIN_THROTTLE is not None nor a dict of PER_USER/PER_ADDRESS (None or int > 0), WINDOW, CACHE (alias) |
 | E020 | LIMITS is not a dict of key or ``prefix:*`` -> {concurrency: positive int, rate: "N/<duration>"} |
 | E021 | WORKSPACE_LIMIT is neither such a dict nor the dotted path of fn(workspace_id) -> dict or None |
 | E022 | WORKSPACE_WEIGHTS is not a dict of workspace id -> positive finite number, nor a callable or dotted path |
-| E017 | MCP_ALLOWED_ORIGINS is not a list of origins (``"https://app.example.com"``: scheme, host, port only) |
-| E018 | MCP_AUTHORIZATION_SERVERS is not a list of absolute http(s) URLs |
-| E019 | LOGIN_THROTTLE is neither None nor a dict of PER_USER/PER_ADDRESS (None or a positive int), WINDOW (a |
-|      | duration) and CACHE (an alias in CACHES) |
 | W001 | the approval pages are in the URLconf but AUTHORIZE is not set: no one could answer |
 | W002 | SPAWN_TURN is not set: the default kind ``session_turn`` cannot be created |
 | W003 | an unknown key in WAKES (a typo would otherwise be silently ignored) |
@@ -57,11 +56,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 from django.shortcuts import resolve_url
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
 from django.urls import NoReverseMatch, Resolver404, get_script_prefix, resolve, reverse
 from django.utils.module_loading import import_string
-from django.views.generic.base import TemplateResponseMixin
 
 from .conf import BUDGET_DEFAULTS, DEFAULTS, wakes_settings
 from .durations import parse_duration
@@ -459,20 +455,10 @@ def _limits() -> Iterator[CheckMessage]:
 
 def _workspace_weights() -> Iterator[CheckMessage]:
     """A dict of workspace ids to positive finite numbers, or a callable (or its dotted path)."""
+    from .engine.fairness import bad_weights
+
     value = wakes_settings.get("WORKSPACE_WEIGHTS")
-    if isinstance(value, dict):
-        bad = [
-            (key, weight)
-            for key, weight in value.items()
-            if not isinstance(key, str)
-            or isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or not math.isfinite(weight)
-            or weight <= 0
-        ]
-        problem = ", ".join(f"{key!r}: {weight!r}" for key, weight in bad[:5])[:300] if bad else None
-    else:
-        problem = _import_problem(value)
+    problem = bad_weights(value) if isinstance(value, dict) else _import_problem(value)
     if problem is not None:
         yield Error(
             f"WAKES['WORKSPACE_WEIGHTS'] must map workspace ids to positive numbers or name a function: {problem}",
@@ -537,8 +523,10 @@ def _login_page() -> Iterator[CheckMessage]:
             id="django_wakes.W005",
         )
         return
-    template = _template_of(match.func)
-    if template is not None and not _loadable(template):
+    from .web.login import renders_template, template_loads
+
+    template = renders_template(match.func)
+    if template is not None and not template_loads(template):
         yield Warning(
             f"LOGIN_URL {configured!r} is served by a view whose template {template!r} does not exist: a logged-out "
             "approver's first click on an approval link is a 500 (TemplateDoesNotExist)",
@@ -546,25 +534,6 @@ def _login_page() -> Iterator[CheckMessage]:
             'LoginView.as_view(template_name="admin/login.html") uses the admin\'s.',
             id="django_wakes.W006",
         )
-
-
-def _template_of(view: Any) -> str | None:
-    """The template a class-based view (``as_view()``) renders, from its class or its ``as_view`` arguments."""
-    view_class = getattr(view, "view_class", None)
-    if not isinstance(view_class, type) or not issubclass(view_class, TemplateResponseMixin):
-        return None
-    name = getattr(view, "view_initkwargs", {}).get("template_name") or view_class.template_name
-    return name if isinstance(name, str) else None
-
-
-def _loadable(template: str) -> bool:
-    try:
-        get_template(template)
-    except TemplateDoesNotExist:
-        return False
-    except Exception:  # noqa: BLE001 - a template that exists but does not compile is not this check's business
-        return True
-    return True
 
 
 #: The Tasks backend's dotted paths start so (``django_wakes.tasks.WakesBackend``, ``...tasks.backend.WakesBackend``).

@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.conf import settings
 from django.db import models
 
+#: The length of every key column (workspace, session, lane, event and idempotency keys, ...).
+KEY_LENGTH = 200
+
 _ST = TypeVar("_ST", contravariant=True)
 _GT = TypeVar("_GT", covariant=True)
 

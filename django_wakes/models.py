@@ -8,7 +8,8 @@ from django.utils.translation import gettext_lazy as _
 
 from . import states
 from .approval_links import RetiredApprovalToken as RetiredApprovalToken  # its own module: models.py is full
-from .fields import InstantField
+from .deliveries import WebhookDelivery as WebhookDelivery  # the same
+from .fields import KEY_LENGTH, InstantField
 from .indexes import PENDING_BY_WORKSPACE
 from .querysets import RunnerQuerySet, WakeQuerySet, live_since
 from .states import LIVE_STATES, TERMINAL_STATES, CatchUp, DstAmbiguous, DstMissing, Outcome, State, TriggerType
@@ -38,7 +39,6 @@ __all__ = [
     "WorkspaceLock",
 ]
 
-KEY_LENGTH = 200
 #: The queue a wake is in unless it names one (Django's Tasks framework calls its default queue the same).
 DEFAULT_QUEUE = "default"
 QUEUE_NAME_LENGTH = 100
@@ -566,36 +566,3 @@ class Runner(models.Model):
     def is_live(self) -> bool:
         """Whether its heartbeat is recent enough (the rule of :meth:`RunnerQuerySet.live`)."""
         return self.heartbeat_at >= live_since()
-
-
-class WebhookDelivery(models.Model):
-    """A signed webhook delivery that was accepted: its id, per source, is refused if it comes again.
-
-    Inserted in the transaction that delivers the event, so a replay is refused (the unique
-    constraint decides, across processes) and a delivery that failed left no row and can be retried.
-    ``body_digest`` is the SHA-256 of the body for a scheme that signs the body alone (GitHub): its
-    delivery id is not signed, so the body, unique per source too, is what recognises a replay (NULLs
-    are distinct in a unique constraint on every database, so the other schemes' rows never clash).
-    ``django_wakes.engine.forget_deliveries`` deletes old rows.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    source = models.CharField(_("source"), max_length=100)
-    delivery_id = models.CharField(_("delivery id"), max_length=KEY_LENGTH)
-    body_digest = models.CharField(_("body digest"), max_length=64, null=True, blank=True)
-    received_at = InstantField(_("received"))
-
-    class Meta:
-        verbose_name = _("webhook delivery")
-        verbose_name_plural = _("webhook deliveries")
-        constraints = [
-            models.UniqueConstraint(fields=["source", "delivery_id"], name="webhook_delivery_once"),
-            models.UniqueConstraint(fields=["source", "body_digest"], name="webhook_delivery_body_once"),
-        ]
-        indexes = [
-            models.Index(fields=["received_at"], name="webhook_delivery_received_idx"),
-            models.Index(fields=["source", "received_at"], name="webhook_delivery_rate_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.source} delivery {self.delivery_id}"

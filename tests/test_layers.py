@@ -22,6 +22,7 @@ VOCABULARY = {
     "clock",
     "conf",
     "dbcompat",
+    "deliveries",
     "durations",
     "events",
     "exceptions",

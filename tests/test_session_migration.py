@@ -10,7 +10,8 @@ and migrating back merges them again. The migration is found by what it does (it
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -38,6 +39,24 @@ def _keying_migration(executor: MigrationExecutor) -> tuple[str, str]:
     raise AssertionError("no migration adds sessioncontrol_uniq")
 
 
+def _migrate_to_latest() -> None:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes("django_wakes"))
+
+
+def _old_wake(executor: MigrationExecutor, at: tuple[str, str], **fields: object) -> Any:
+    """A wake written with the model as it stood at migration ``at``.
+
+    Later migrations add columns to the wake table (``limit_key``): the current model, or the API that
+    writes through it, cannot insert into the table as it stood before them.
+    """
+    OldWake = executor.loader.project_state(at).apps.get_model("django_wakes", "Wake")
+    due = datetime(2031, 1, 1, tzinfo=UTC)
+    defaults = {"kind": "t.m", "trigger_type": "at", "fire_at": due, "due_at": due}
+    return OldWake.objects.create(created_at=STOPPED_AT, updated_at=STOPPED_AT, **{**defaults, **fields})
+
+
 @pytest.fixture
 def before_keying(transactional_db: None) -> Iterator[tuple[MigrationExecutor, tuple[str, str]]]:
     """The database migrated back to just before the keying migration; migrated forward to the latest after."""
@@ -47,9 +66,7 @@ def before_keying(transactional_db: None) -> Iterator[tuple[MigrationExecutor, t
     try:
         yield executor, node
     finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes("django_wakes"))
+        _migrate_to_latest()
 
 
 def test_a_session_stopped_before_the_upgrade_stays_stopped_in_every_workspace_that_has_its_wakes(before_keying, sinks):
@@ -57,16 +74,16 @@ def test_a_session_stopped_before_the_upgrade_stays_stopped_in_every_workspace_t
     executor, node = before_keying
     old_state = executor.loader.project_state(_parent(executor, node))
     OldSessionControl = old_state.apps.get_model("django_wakes", "SessionControl")
+    parent = _parent(executor, node)
     for workspace in ("tenant-a", "tenant-b"):
-        django_wakes.schedule(workspace_id=workspace, session_id="s", kind="t.m", delay="1h")
-    django_wakes.schedule(workspace_id="tenant-c", session_id="other", kind="t.m", delay="1h")
+        _old_wake(executor, parent, workspace_id=workspace, session_id="s")
+    _old_wake(executor, parent, workspace_id="tenant-c", session_id="other")
     OldSessionControl.objects.create(
         session_id="s", workspace_id="", stopped_at=STOPPED_AT, stop_reason="runaway", updated_at=STOPPED_AT
     )
     OldSessionControl.objects.create(session_id="idle", workspace_id="tenant-a", updated_at=STOPPED_AT)
 
-    executor = MigrationExecutor(connection)
-    executor.migrate([node])
+    _migrate_to_latest()
 
     rows = {(r.workspace_id, r.session_id): (r.stopped_at, r.stop_reason) for r in SessionControl.objects.all()}
     assert rows == {
@@ -85,8 +102,7 @@ def test_a_session_stopped_before_the_upgrade_stays_stopped_in_every_workspace_t
 def test_migrating_back_merges_a_session_ids_rows_into_one_stopped_row(before_keying, sinks):
     sinks("t.m")
     executor, node = before_keying
-    executor = MigrationExecutor(connection)
-    executor.migrate([node])
+    _migrate_to_latest()
     django_wakes.schedule(workspace_id="tenant-a", session_id="s", kind="t.m", delay="1h")
     django_wakes.stop_session("s", reason="stop", workspace_id="tenant-b")
     django_wakes.schedule(workspace_id="tenant-c", session_id="s", kind="t.m", delay="1h", budget=True)
@@ -98,19 +114,30 @@ def test_migrating_back_merges_a_session_ids_rows_into_one_stopped_row(before_ke
     old = executor.loader.project_state(parent).apps.get_model("django_wakes", "SessionControl")
     (row,) = old.objects.filter(session_id="s")
     assert row.stopped_at is not None and row.stop_reason == "stop"
-    assert Wake.objects.filter(session_id="s", state=State.PENDING).count() == 2
+    OldWake = executor.loader.project_state(parent).apps.get_model("django_wakes", "Wake")
+    assert OldWake.objects.filter(session_id="s", state=State.PENDING).count() == 2
 
 
 def test_live_turns_in_a_sessions_old_default_lane_move_to_its_workspaces_lane(before_keying):
     """A chain copies its lane to every occurrence: left in ``session:<id>``, an old turn would run beside new ones."""
     executor, node = before_keying
-    pending = django_wakes.schedule(workspace_id="tenant-a", session_id="s", every="1h")
-    firing = django_wakes.schedule(workspace_id="tenant-b", session_id="s", delay="1h")
-    own = django_wakes.schedule(workspace_id="tenant-a", session_id="s", delay="1h", serial_key="my-lane")
-    Wake.objects.filter(pk=pending.pk).update(serial_key="session:s")
-    Wake.objects.filter(pk=firing.pk).update(serial_key="session:s", state=State.FIRING, lane_lock="session:s")
+    parent = _parent(executor, node)
+    turn = {"kind": "session_turn", "session_id": "s"}
+    pending = _old_wake(
+        executor, parent, workspace_id="tenant-a", every=timedelta(hours=1), serial_key="session:s", **turn
+    )
+    firing = _old_wake(
+        executor,
+        parent,
+        workspace_id="tenant-b",
+        serial_key="session:s",
+        state=State.FIRING,
+        lane_lock="session:s",
+        **turn,
+    )
+    own = _old_wake(executor, parent, workspace_id="tenant-a", serial_key="my-lane", **turn)
 
-    MigrationExecutor(connection).migrate([node])
+    _migrate_to_latest()
 
     lanes = {w.pk: (w.serial_key, w.lane_lock) for w in Wake.objects.all()}
     assert lanes == {
@@ -119,9 +146,9 @@ def test_live_turns_in_a_sessions_old_default_lane_move_to_its_workspaces_lane(b
         own.pk: ("my-lane", None),  # a lane its creator named stays
     }
 
-    parent = _parent(executor, node)
     MigrationExecutor(connection).migrate([parent])
-    lanes = {w.pk: (w.serial_key, w.lane_lock) for w in Wake.objects.all()}
+    OldWake = executor.loader.project_state(parent).apps.get_model("django_wakes", "Wake")
+    lanes = {w.pk: (w.serial_key, w.lane_lock) for w in OldWake.objects.all()}
     assert lanes == {
         pending.pk: ("session:s", None),
         firing.pk: ("session:s", "session:s"),

@@ -403,3 +403,17 @@ def due_ids(using: str, due: WakeQuerySet, room: int, shares: list[Share] | None
     with connections[using].cursor() as cursor:
         cursor.execute(sql, bind(params, shares))
         return [row[0] for row in cursor.fetchall()][:room]
+
+
+def bad_weights(weights: dict[Any, Any]) -> str | None:
+    """What is wrong with a ``WORKSPACE_WEIGHTS`` dict (system check E022), or None: ids are strings, weights > 0."""
+    bad = [
+        (key, weight)
+        for key, weight in weights.items()
+        if not isinstance(key, str)
+        or isinstance(weight, bool)
+        or not isinstance(weight, int | float)
+        or not math.isfinite(weight)
+        or weight <= 0
+    ]
+    return ", ".join(f"{key!r}: {weight!r}" for key, weight in bad[:5])[:300] if bad else None

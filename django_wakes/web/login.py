@@ -25,7 +25,10 @@ from typing import Any
 from django.contrib.auth.views import LoginView
 from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
 from django.utils.translation import ngettext
+from django.views.generic.base import TemplateResponseMixin
 
 from ..conf import LOGIN_THROTTLE_DEFAULTS, wakes_settings
 from ..durations import parse_duration
@@ -130,3 +133,26 @@ class ThrottledLoginView(LoginView):
         response: HttpResponse = self.render_to_response(context, status=429)
         response["Retry-After"] = str(window)
         return response
+
+
+# What the login page check (checks.py, W006) asks of the view LOGIN_URL resolves to.
+
+
+def renders_template(view: Any) -> str | None:
+    """The template a class-based view (``as_view()``) renders, from its class or its ``as_view`` arguments."""
+    view_class = getattr(view, "view_class", None)
+    if not isinstance(view_class, type) or not issubclass(view_class, TemplateResponseMixin):
+        return None
+    name = getattr(view, "view_initkwargs", {}).get("template_name") or view_class.template_name
+    return name if isinstance(name, str) else None
+
+
+def template_loads(template: str) -> bool:
+    """Whether ``template`` can be found (one that exists but does not compile counts as found)."""
+    try:
+        get_template(template)
+    except TemplateDoesNotExist:
+        return False
+    except Exception:  # noqa: BLE001 - a template that exists but does not compile is not this check's business
+        return True
+    return True
