@@ -126,7 +126,7 @@ def test_held_wakes_stay_pending_uncharged_and_never_crowd_out_other_wakes(clock
     held = due(5, clock, limit_key="mailer")
     clock.advance("1s")
     other = django_wakes.schedule(workspace_id=WS, kind=KIND, at=clock.now())  # due after all of them
-    assert claimed_keys("a", limit=3) == ["mailer"]
+    assert claimed_keys("a", limit=1) == ["mailer"]  # the key is full now
     # The next pass of one wake is not spent on the held backlog ahead of it in claim order.
     assert [c.wake.pk for c in engine.claim_batch(runner_id="b", limit=1)] == [other.pk]
     waiting = Wake.objects.filter(pk__in=[w.pk for w in held[1:]])
@@ -145,6 +145,29 @@ def test_a_lease_takeover_keeps_the_slot(clock, sinks, limits):
     assert claimed_keys("c") == []  # still the one firing: the slot went with the takeover
     engine.fire(taken)
     assert claimed_keys("c") == ["mailer"]
+
+
+def test_a_key_with_a_free_slot_does_not_crowd_other_wakes_out_of_a_batch(clock, sinks, limits):
+    sinks(KIND)
+    limits(LIMITS={"mailer": {"concurrency": 2}})
+    backlog = due(6, clock, limit_key="mailer")
+    assert claimed_keys("a", limit=1) == ["mailer"]  # one of mailer's 2 slots in use: not full
+    clock.advance("1s")
+    other = django_wakes.schedule(workspace_id=WS, kind=KIND, at=clock.now())  # due after the backlog
+    claims = engine.claim_batch(runner_id="b", limit=3)  # room for 3: mailer's free slot and the other wake
+    assert sorted(c.wake.pk for c in claims) == sorted([backlog[1].pk, other.pk])
+    assert Wake.objects.filter(limit_key="mailer", state=State.PENDING, attempts=0).count() == 4
+
+
+def test_a_limited_backlog_lets_an_unlimited_wake_into_the_first_pass(clock, sinks, limits):
+    sinks(KIND)
+    limits(LIMITS={"mailer": {"concurrency": 1}})
+    due(8, clock, limit_key="mailer")
+    clock.advance("1s")
+    other = django_wakes.schedule(workspace_id=WS, kind=KIND, at=clock.now())
+    claims = engine.claim_batch(runner_id="r", limit=3)  # mailer has its one slot free: 3 candidates of it
+    assert sorted(c.wake.limit_key or "-" for c in claims) == ["-", "mailer"]
+    assert other.pk in [c.wake.pk for c in claims]
 
 
 # -- rate ---------------------------------------------------------------------------------------
@@ -166,6 +189,70 @@ def test_at_most_n_start_per_period_and_a_claim_handed_back_unstarted_uses_none(
     assert django_wakes.run_due().fired == 2
     assert len(calls) == 4
     assert set(Wake.objects.filter(state=State.FIRED).values_list("attempts", flat=True)) == {1}
+
+
+def test_a_wake_re_driven_after_its_sink_started_waits_for_a_free_rate_slot(clock, sinks, limits):
+    calls = sinks(KIND)
+    limits(LIMITS={"burst": {"rate": "1/1h"}})
+    (wake,) = due(1, clock, limit_key="burst")
+    (first,) = engine.claim_batch(runner_id="a", limit=10, lease=timedelta(seconds=10))
+    sink = engine.prepare_sink(first)  # the start is recorded: the one rate slot rests for the hour
+    assert callable(sink)
+    sink(first.wake, first.wake.result)  # start 1 ... and runner a dies before settling
+    clock.advance("11s")
+    assert engine.claim_batch(runner_id="b", limit=10) == []  # no rate slot free: not re-driven now
+    wake.refresh_from_db()
+    assert (wake.state, wake.attempts, wake.claim_token, wake.lane_lock) == (State.PENDING, 0, None, None)
+    (attempt,) = WakeAttempt.objects.filter(wake=wake)
+    assert (attempt.outcome, attempt.runner_id) == (Outcome.ABANDONED, "a")
+    assert LimitSlot.objects.get(kind="rate").holder is None
+    clock.advance("1h")  # the slot is free again: claimed as any due wake, its start counted
+    (again,) = engine.claim_batch(runner_id="b", limit=10)
+    assert not again.takeover and again.wake.attempts == 1
+    engine.fire(again)
+    assert len(calls) == 2
+    wake.refresh_from_db()
+    assert wake.state == State.FIRED
+
+
+def test_a_guarded_wake_whose_sink_started_is_charged_its_interrupted_attempt_while_it_waits(clock, sinks, limits):
+    sinks(KIND)
+    limits(LIMITS={"burst": {"rate": "1/1h"}})
+    (wake,) = due(1, clock, limit_key="burst")
+    engine.claim_batch(runner_id="a", limit=10, lease=timedelta(seconds=10))  # runner a dies unstarted
+    clock.advance("11s")
+    (taken,) = engine.claim_batch(runner_id="b", limit=10, lease=timedelta(seconds=10))  # guarded from now on
+    sink = engine.prepare_sink(taken)  # the start is recorded on the wake and rests the rate slot
+    assert callable(sink)
+    sink(taken.wake, taken.wake.result)  # ... and runner b dies too
+    clock.advance("11s")
+    assert engine.claim_batch(runner_id="c", limit=10) == []
+    wake.refresh_from_db()
+    assert (wake.state, wake.attempts) == (State.PENDING, 1)  # the interrupted start counts, the wait does not
+    outcomes = list(WakeAttempt.objects.filter(wake=wake).order_by("id").values_list("outcome", flat=True))
+    assert outcomes == [Outcome.ABANDONED, Outcome.INTERRUPTED]
+    clock.advance("1h")
+    (again,) = engine.claim_batch(runner_id="c", limit=10)
+    assert again.wake.attempts == 2
+
+
+def test_a_wake_re_driven_after_its_sink_started_takes_a_free_rate_slot(clock, sinks, limits):
+    calls = sinks(KIND)
+    limits(LIMITS={"burst": {"rate": "2/1h"}})
+    (wake,) = due(1, clock, limit_key="burst")
+    (first,) = engine.claim_batch(runner_id="a", limit=10, lease=timedelta(seconds=10))
+    sink = engine.prepare_sink(first)
+    assert callable(sink)
+    sink(first.wake, first.wake.result)  # start 1 ... and runner a dies before settling
+    clock.advance("11s")
+    later = due(1, clock, limit_key="burst")
+    (taken,) = engine.claim_batch(runner_id="b", limit=10)  # the takeover takes the second slot ...
+    assert taken.takeover and taken.wake.pk == wake.pk
+    assert engine.claim_batch(runner_id="c", limit=10) == []  # ... so the later wake waits for the hour
+    engine.fire(taken)
+    assert len(calls) == 2
+    assert Wake.objects.get(pk=later[0].pk).state == State.PENDING
+    assert set(LimitSlot.objects.filter(kind="rate").values_list("holder", flat=True)) == {None}
 
 
 def test_keys_match_exactly_else_by_the_longest_prefix_each_key_on_its_own(clock, sinks, limits):

@@ -166,14 +166,16 @@ def _claim_in_steps(
         if room <= 0:
             return claims
         if undecided is not None:
-            ids = undecided[:room]
-        else:
-            candidates = limit_slots.without_held(_due_candidates(using, now, kinds, lanes, queues), using, now)
-            ids = fairness.due_ids(using, candidates, room, shares)
+            return claims + _claim_rows(using, list(manager.lock_pending(undecided[:room], now)), now, runner_id, lease)
+        candidates = limit_slots.without_held(_due_candidates(using, now, kinds, lanes, queues), using, now)
+        ids = fairness.due_ids(using, candidates, room, shares)
         if not ids:
             return claims
-        locked = list(manager.lock_pending(ids, now))
-        claims.extend(_claim_rows(using, locked, now, runner_id, lease))
+        short: set[limit_slots.Bucket] = set()  # the limits some of these wakes found no slot of
+        claims.extend(_claim_rows(using, list(manager.lock_pending(ids, now)), now, runner_id, lease, short))
+        if short and len(claims) < limit:  # once more, past them: their backlog must not crowd others out
+            ids = fairness.due_ids(using, limit_slots.past_short(candidates, short, ids), limit - len(claims), shares)
+            claims.extend(_claim_rows(using, list(manager.lock_pending(ids, now)), now, runner_id, lease))
         return claims
 
 

@@ -78,11 +78,16 @@ def _announce_missed(using: str, wake: Wake, missed: int) -> None:
 
 
 def _claim_rows(
-    using: str, rows: list[Wake], now: datetime, runner_id: str, lease: timedelta | None = None
+    using: str,
+    rows: list[Wake],
+    now: datetime,
+    runner_id: str,
+    lease: timedelta | None = None,
+    short: set[limit_slots.Bucket] | None = None,
 ) -> list[Claim]:
     token = new_claim_token()
     lease_until = now + (lease or wakes_settings.lease)
-    rows = limit_slots.admit(using, rows, now, token)  # a wake short of a limit's slot stays pending, uncharged
+    rows = limit_slots.admit(using, rows, now, token, short)  # a wake short of a slot stays pending, uncharged
     groups: dict[str, tuple[dict[str, Any], bool, list[Wake]]] = {}
     seen_lanes: set[str] = set()
     for wake in rows:

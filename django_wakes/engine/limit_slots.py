@@ -14,11 +14,13 @@ so across processes and machines:
 * **rate**: a slot is held by its claim until the sink starts; :func:`started`, right before the sink
   runs, records the start and rests the slot for the period (``free_at``). Each slot starts at most one
   sink per period, so at most N sinks start in any window of the period. A claim handed back unstarted
-  frees the slot without using it.
+  frees the slot without using it. A lease takeover of a started wake is a new start: it takes a free
+  slot, or the wake goes back to ``pending`` until one frees (:func:`taken_over`).
 
 Which keys and workspaces are full right now is one grouped read of the busy slots
-(:func:`usage`): the claim's candidate read leaves those wakes out (:func:`without_held`), so a backlog
-held by a limit never crowds other wakes out of a batch, and the console says which limit holds a
+(:func:`usage`): the claim's candidate read leaves those wakes out (:func:`without_held`), and reads
+once more past a key or workspace that ran out of slots during the pass (:func:`past_short`), so a
+backlog held by a limit never crowds other wakes out of a batch, and the console says which limit holds a
 wake and until when (:func:`hold_of`). None of this runs while no limit is configured.
 """
 
@@ -131,12 +133,30 @@ def without_held(candidates: WakeQuerySet, using: str, now: datetime) -> WakeQue
     return candidates
 
 
-def admit(using: str, rows: list[Wake], now: datetime, token: str) -> list[Wake]:
+def past_short(candidates: WakeQuerySet, short: set[Bucket], read: list[int]) -> WakeQuerySet:
+    """The candidates a claim reads again when a limit came up short: without its wakes, nor those ``read``.
+
+    :func:`without_held` leaves out only the full limits: a key with one free slot still fills every
+    place of a batch with its backlog, of which :func:`admit` lets one through. The claim then reads
+    once more, in its transaction, past the keys and workspaces that ran out of slots (``short``).
+    """
+    keys = sorted({name for scope, name, _kind in short if scope == "key"})
+    workspaces = sorted({name for scope, name, _kind in short if scope == "workspace"})
+    again = candidates.exclude(pk__in=read)
+    if keys:
+        again = again.exclude(limit_key__in=keys)
+    if workspaces:
+        again = again.exclude(workspace_id__in=workspaces)
+    return again
+
+
+def admit(using: str, rows: list[Wake], now: datetime, token: str, short: set[Bucket] | None = None) -> list[Wake]:
     """Inside the claim transaction: the wakes of ``rows`` that get a slot of each of their limits, in order.
 
     The slots are locked ``SKIP LOCKED`` (one read for every limit in play), the holders of held ones
     checked, and each admitted wake's slots written to the claim (``token``): they are its until it
-    leaves ``firing`` (concurrency) or starts (rate). The others stay pending, untouched.
+    leaves ``firing`` (concurrency) or starts (rate). The others stay pending, untouched; the limits
+    they were short of are added to ``short`` (the claim reads again past them: :func:`past_short`).
     """
     if not rows or not limit_rules.active():
         return rows
@@ -153,10 +173,12 @@ def admit(using: str, rows: list[Wake], now: datetime, token: str) -> list[Wake]
     taken: list[tuple[LimitSlot, Wake]] = []
     for wake in rows:
         need = wanted[wake.pk]
-        short = [limit for limit in need if not free.get(limit.bucket)]
-        if short:
+        lacking = [limit for limit in need if not free.get(limit.bucket)]
+        if lacking:
+            if short is not None:
+                short.update(limit.bucket for limit in lacking)
             if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("wake %s waits: %s is full", wake.pk, short[0].label, extra=about(wake))
+                logger.debug("wake %s waits: %s is full", wake.pk, lacking[0].label, extra=about(wake))
             continue
         taken.extend((free[limit.bucket].pop(0), wake) for limit in need)
         admitted.append(wake)
@@ -253,11 +275,31 @@ def started(using: str, claim: Claim) -> None:
                 LimitSlot.objects.using(using).filter(pk=pk).update(holder=None, holder_token=None, free_at=now + rest)
 
 
-def taken_over(using: str, wake: Wake, old_token: str | None, new_token: str) -> None:
-    """A lapsed lease was taken over: the wake's slots go with it to the new claim (it is still firing)."""
+def taken_over(using: str, wake: Wake, old_token: str | None, new_token: str, now: datetime) -> bool:
+    """A lapsed lease is being taken over: move the wake's slots to the new claim; say if it may be re-driven.
+
+    Its concurrency slots, and a rate slot its claim still holds (the sink never started), go to the
+    new claim. A rate slot its sink's start put to rest is no longer the wake's, and the re-drive is a
+    new start: it takes a free slot of that limit, locked as :func:`admit` locks them. With none free,
+    ``False`` and nothing written: the caller puts the wake back to ``pending`` (which frees its other
+    slots), to be claimed once the limit has room, its start counted like any other.
+    """
     if old_token is None or not limit_rules.active():
-        return
-    LimitSlot.objects.using(using).filter(holder=wake.pk, holder_token=old_token).update(holder_token=new_token)
+        return True
+    slots = LimitSlot.objects.using(using)
+    mine = slots.filter(holder=wake.pk, holder_token=old_token)
+    rates = [lim for lim in limit_rules.current().of(wake.limit_key, wake.workspace_id) if lim.kind == LimitKind.RATE]
+    if rates:
+        held = set(mine.filter(kind=LimitKind.RATE).values_list("scope", "name"))
+        gone = [limit for limit in rates if (limit.scope, limit.name) not in held]
+        free = _free_slots(using, {limit.bucket: (limit, 1) for limit in gone}, now) if gone else {}
+        if any(not free.get(limit.bucket) for limit in gone):
+            return False
+        if gone:
+            taken = [free[limit.bucket][0].pk for limit in gone]
+            slots.filter(pk__in=taken).update(holder=wake.pk, holder_token=new_token, used_at=now)
+    mine.update(holder_token=new_token)
+    return True
 
 
 def forget_idle(using: str, cutoff: datetime, now: datetime) -> int:

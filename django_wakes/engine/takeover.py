@@ -2,6 +2,8 @@
 
 The previous attempt is written down (``interrupted``, charged, or ``abandoned``, not), then the
 wake gets a new claim token, fence and lease; a wake interrupted on its last charged attempt goes ``dead``.
+A wake under a rate limit whose sink started needs a free rate slot for its new start, or it goes
+back to ``pending`` until one frees (:func:`~.limit_slots.taken_over`).
 
 A runner that has just seen its database unreachable holds takeovers back for a while
 (:func:`takeovers_held_back`): every lease lapsed during the outage, including those of live runners
@@ -19,12 +21,13 @@ from django.db import transaction
 
 from .. import clock, tracing
 from ..conf import wakes_settings
+from ..logs import about
 from ..models import Outcome, State, Wake, WakeAttempt
 from ..sinks import registry
 from . import limit_slots
-from .fencing import bury_locked
+from .fencing import LET_GO, bury_locked
 from .leases import Claim, next_fence
-from .shared import db_alias, new_claim_token, retry_rolled_back
+from .shared import db_alias, logger, new_claim_token, retry_rolled_back
 
 #: Set (per thread, per task) while this caller must not take over lapsed leases: see :func:`takeovers_held_back`.
 _HELD_BACK: contextvars.ContextVar[bool] = contextvars.ContextVar("django_wakes_takeovers_held_back", default=False)
@@ -111,6 +114,9 @@ def _take_over_lapsed(
             bury_locked(using, wake, now, f"interrupted {wake.attempts} times (lease lapsed mid-fire)")
             continue
         token = new_claim_token()
+        if not limit_slots.taken_over(using, wake, wake.claim_token, token, now):
+            _wait_for_a_rate_slot(using, wake, now, charged)
+            continue
         attempts = wake.attempts + (1 if charged else 0)
         Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING, claim_token=wake.claim_token).update(
             claim_token=token,
@@ -123,10 +129,31 @@ def _take_over_lapsed(
             sink_started_at=None,
             updated_at=now,
         )
-        limit_slots.taken_over(using, wake, wake.claim_token, token)  # its limits' slots go with it
         wake.claim_token, wake.lease_until, wake.claimed_by, wake.claimed_at = token, now + lease, runner_id, now
         wake.attempts, wake.fence, wake.guarded, wake.sink_started_at = attempts, fence, True, None
         claims.append(
             Claim(wake, token, runner_id, now, expired=bool((wake.result or {}).get("expired")), takeover=True)
         )
     return claims
+
+
+def _wait_for_a_rate_slot(using: str, wake: Wake, now: datetime, charged: bool) -> None:
+    """Put a lapsed wake back to ``pending``: its re-drive would be a start no rate slot of its key allows now.
+
+    Its lapsed attempt is written down as for any takeover (charged only if its sink was known to
+    start); waiting for the slot charges nothing, so the next claim counts the attempt it makes. Its
+    due time stays: the candidate read leaves it out while the limit is full, and claims it when a slot frees.
+    """
+    Wake.objects.using(using).filter(pk=wake.pk, state=State.FIRING, claim_token=wake.claim_token).update(
+        state=State.PENDING,
+        **LET_GO,
+        attempts=wake.attempts - (0 if charged else 1),
+        guarded=True,
+        sink_started_at=None,
+        updated_at=now,
+    )
+    logger.info(
+        "wake %s: lease lapsed after its sink started; no rate slot is free for a new start, so it waits, pending",
+        wake.pk,
+        extra=about(wake),
+    )
