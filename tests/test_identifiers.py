@@ -154,7 +154,7 @@ def _smuggle(wake: Wake, **fields: str) -> None:
 def test_a_runner_process_escapes_them_in_its_log_lines(procs: Procs, log_format):
     wake = django_wakes.schedule(workspace_id=WS, delay="0s", kind="probe.intent", intent={}, serial_key="lane")
     _smuggle(wake, serial_key="lane" + FORGED, workspace_id="ws\x1b]0;pwned\x07\u202e")
-    result = procs.manage("runwakes", "--once", WAKES_LOG_FORMAT=log_format)
+    result = procs.manage("runwakes", "--once", "-v", "2", WAKES_LOG_FORMAT=log_format)  # -v 2: the per-wake line
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert not [line for line in lines if "forged line" in line and not line.startswith(("20", "{"))], lines
