@@ -8,6 +8,7 @@ SDK's client and the Python API with ``budget=True``; host code without ``budget
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -243,7 +244,10 @@ def test_a_runwakes_process_ends_an_agent_chain_at_the_horizon(procs, sinks, bud
         time.sleep(0.2)
     rows = Wake.objects.filter(chain_id=chain.chain_id)
     fired = sorted(rows.filter(state=State.FIRED).values_list("fire_at", flat=True))
-    assert 3 <= len(fired) <= 4 and fired[-1] <= chain.end_at, fired  # one a second, none past the horizon
+    # One a second, none past the horizon. A budgeted chain catches up with skip, so a runner slow to start
+    # (start-up takes over a second on a loaded machine) skips the slots it missed instead of firing them.
+    assert 1 <= len(fired) <= 4 and fired[-1] <= chain.end_at, fired
+    assert all(later - earlier >= timedelta(seconds=1) for earlier, later in itertools.pairwise(fired)), fired
     assert not rows.filter(state__in=[State.PENDING, State.FIRING]).exists()
 
 
