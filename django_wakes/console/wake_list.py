@@ -92,7 +92,10 @@ class KindFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, StrOrPromise]]:
         attention = current_attention()
         kinds: dict[str, StrOrPromise] = {kind: kind for kind in {*registry.kinds(), *attention.fireable_kinds}}
-        kinds.update((kind, unwakeable_choice(kind)) for kind in attention.unwakeable_kinds())
+        if request.method != "POST":
+            # An action's POST builds the list only to narrow its selection, and acts on the primary: its
+            # choices are not shown, so they are not read (from the replica, under READ_DATABASE) either.
+            kinds.update((kind, unwakeable_choice(kind)) for kind in attention.unwakeable_kinds())
         chosen = self.value()
         if chosen:
             kinds.setdefault(chosen, chosen)
