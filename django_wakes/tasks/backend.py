@@ -171,22 +171,8 @@ class WakesBackend(BaseTaskBackend):
             intent=intent,
             priority=task.priority,
             queue_name=task.queue_name,
-            serial_key=options.fill_lane(
-                getattr(task, "serial_key", None),
-                call_args,
-                call_kwargs,
-                func=task.func,
-                takes_context=task.takes_context,
-            ),
             max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
-            limit_key=options.fill_lane(
-                getattr(task, "limit_key", None),
-                call_args,
-                call_kwargs,
-                func=task.func,
-                takes_context=task.takes_context,
-                name="limit_key",
-            ),
+            **options.filled_keys(task, call_args, call_kwargs),
         )
         result = results.task_result(wake, task=task, attempts=[])
         task_enqueued.send(type(self), task_result=result)

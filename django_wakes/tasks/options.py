@@ -10,7 +10,7 @@ import inspect
 import string
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from ..durations import parse_duration
 from ..exceptions import InvalidWake
@@ -87,6 +87,26 @@ def lane_template(value: Any, *, name: str = "serial_key") -> str | None:
                 f"{name}: {{{field}}} must name an argument (a keyword such as {{user_id}} or a position such as {{0}})"
             )
     return value
+
+
+class TaskKeys(TypedDict):
+    """The keys of one enqueued task that are templates filled from its arguments."""
+
+    serial_key: str | None
+    limit_key: str | None
+
+
+def filled_keys(task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskKeys:
+    """``serial_key`` and ``limit_key`` of one enqueued ``task``, each template filled from its arguments.
+
+    What the backend's ``enqueue()`` and a periodic task's booking both pass to ``schedule()``.
+    """
+
+    def filled(name: str) -> str | None:
+        template = getattr(task, name, None)
+        return fill_lane(template, args, kwargs, func=task.func, takes_context=task.takes_context, name=name)
+
+    return TaskKeys(serial_key=filled("serial_key"), limit_key=filled("limit_key"))
 
 
 def fill_lane(

@@ -182,19 +182,9 @@ def _entry(
         kwargs=call_kwargs,
         priority=task.priority,
         queue_name=task.queue_name,
-        serial_key=options.fill_lane(
-            getattr(task, "serial_key", None), call_args, call_kwargs, func=task.func, takes_context=task.takes_context
-        ),
         max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
         backoff=options.backoff(getattr(task, "backoff", None)),
-        limit_key=options.fill_lane(
-            getattr(task, "limit_key", None),
-            call_args,
-            call_kwargs,
-            func=task.func,
-            takes_context=task.takes_context,
-            name="limit_key",
-        ),
+        **options.filled_keys(task, call_args, call_kwargs),
     )
 
 
